@@ -1,0 +1,24 @@
+# The two commands of README.md. Each creates (or reuses) .venv and installs what it needs: the CPU torch 2.13.0
+# first, then esbench with the same pin as a constraint, so pip never pulls a CUDA build.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.esbench-installed
+
+.PHONY: demo test lint
+
+$(STAMP): pyproject.toml constraints.txt
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt torch==2.13.0
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/esbench run suites/tiny.yaml
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check esbench tests benchmarks
+	$(VENV)/bin/ruff format --check esbench tests benchmarks
+
+test: lint
+	$(PY) -m pytest -q

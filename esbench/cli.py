@@ -1,0 +1,181 @@
+"""The `esbench` command line (contract in DESIGN.md): validate, plan, run, env.
+
+Heavy libraries (torch, transformers, lm-eval) are imported only by the commands that need them, so
+`esbench validate` answers in about a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import logging
+import os
+import sys
+import warnings
+from pathlib import Path
+
+from esbench.records import cell_dir, read_record, status
+from esbench.spec import Suite, SuiteError, load_suite
+
+EXIT_INVALID = 2
+
+
+def _load(path: str) -> Suite:
+    try:
+        return load_suite(path)
+    except SuiteError as e:
+        print(f"invalid suite:\n{e.render()}", file=sys.stderr)
+        raise SystemExit(EXIT_INVALID) from None
+
+
+def _select(suite: Suite, only: str | None):
+    cells = suite.cells()
+    if only:
+        cells = [c for c in cells if fnmatch.fnmatch(c.id, only) or fnmatch.fnmatch(c.name, only)]
+        if not cells:
+            print(f"--only {only!r} matches no cell of suite {suite.name!r}", file=sys.stderr)
+            raise SystemExit(EXIT_INVALID)
+    return cells
+
+
+def cmd_validate(args) -> int:
+    suite = _load(args.suite)
+    print(f"{args.suite}: valid suite {suite.name!r} with {len(suite.cells())} cells")
+    return 0
+
+
+def cmd_plan(args) -> int:
+    suite = _load(args.suite)
+    rows = []
+    for c in _select(suite, args.only):
+        s = c.spec
+        rows.append(
+            {
+                "id": c.id,
+                "model": c.labels["model"],
+                "dataset": c.labels["dataset"],
+                "method": c.labels["method"],
+                "budget": s["budget"],
+                "seed": s["seed"],
+                "status": status(cell_dir(args.out, suite.name, c.id)),
+            }
+        )
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{suite.name}: {len(rows)} cells")
+    for col in rows[0] if rows else []:
+        table.add_column(col)
+    for r in rows:
+        table.add_row(*(str(v) for v in r.values()))
+    Console().print(table)
+    return 0
+
+
+def _setup_logging(log_file: Path) -> None:
+    """Library chatter and Python warnings go to the run's log file; the terminal keeps progress and tables."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(log_file)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    logging.captureWarnings(True)
+    warnings.simplefilter("default")
+    for name in ("lm-eval", "lm_eval", "transformers", "datasets", "accelerate"):
+        lg = logging.getLogger(name)
+        lg.handlers.clear()
+        lg.propagate = True
+
+
+def cmd_run(args) -> int:
+    suite = _load(args.suite)
+    cells = _select(suite, args.only)
+    os.environ.setdefault("TQDM_DISABLE", "1")  # lm-eval's per-request bars would drown the rich progress
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    from rich.console import Console
+
+    from esbench.executors import get_executor
+    from esbench.summary import summary_table
+
+    console = Console()
+    root = Path(args.out) / suite.name
+    _setup_logging(root / "esbench.log")
+    pending = [c for c in cells if status(cell_dir(args.out, suite.name, c.id)) != "done"]
+    if not pending:
+        console.print(f"all {len(cells)} cells of {suite.name!r} are done; nothing to run")
+    else:
+        console.print(f"{suite.name}: {len(pending)} of {len(cells)} cells to run (output: {root})")
+        failed = get_executor(args.executor)(pending, lambda c: cell_dir(args.out, suite.name, c.id), console)
+        if failed:
+            console.print(summary_table(suite.name, _records(args.out, suite, cells)))
+            for c, err in failed:
+                console.print(f"[red]cell {c.id} ({c.name}) failed:[/red] {err}")
+            console.print(f"details: {root / 'esbench.log'}")
+            return 1
+    console.print(summary_table(suite.name, _records(args.out, suite, cells)))
+    return 0
+
+
+def _records(out: str, suite: Suite, cells):
+    recs = []
+    for c in cells:
+        d = cell_dir(out, suite.name, c.id)
+        if status(d) == "done":
+            recs.append(read_record(d))
+    return recs
+
+
+def cmd_env(args) -> int:
+    from esbench.provenance import environment
+
+    print(json.dumps(environment(), indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from esbench import __version__
+
+    p = argparse.ArgumentParser(
+        prog="esbench", description="Reproducibility benchmark for LLM reasoning post-training."
+    )
+    p.add_argument("--version", action="version", version=f"esbench {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    v = sub.add_parser("validate", help="check a suite file; exit 2 with file:line: field: message if invalid")
+    v.add_argument("suite")
+    v.set_defaults(fn=cmd_validate)
+
+    pl = sub.add_parser("plan", help="list every cell of a suite with its status (done / partial / pending)")
+    pl.add_argument("suite")
+    pl.add_argument("--json", action="store_true")
+    pl.add_argument("--out", default="runs", help="output root (default: runs/)")
+    pl.add_argument("--only", help="glob over cell ids or names (model/dataset/method/bBUDGET/sSEED)")
+    pl.set_defaults(fn=cmd_plan)
+
+    r = sub.add_parser("run", help="train and evaluate pending cells; skip done ones, resume partial ones")
+    r.add_argument("suite")
+    r.add_argument("--out", default="runs", help="output root (default: runs/)")
+    r.add_argument("--only", help="glob over cell ids or names (model/dataset/method/bBUDGET/sSEED)")
+    r.add_argument("--executor", default="local", choices=["local"], help="where cells run (ray/slurm: planned)")
+    r.add_argument("--runtime", default="local", choices=["local"], help="how cells run (containers: planned)")
+    r.set_defaults(fn=cmd_run)
+
+    e = sub.add_parser("env", help="print this environment's provenance as JSON")
+    e.set_defaults(fn=cmd_env)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,12 @@
+"""`base`: no training. The untouched model is evaluated, giving the reference row of every table."""
+
+from __future__ import annotations
+
+from esbench.methods import Method, TrainResult
+
+
+class Base(Method):
+    trains = False
+
+    def train(self, model, tokenizer, train_data, reward, budget, config, ctx):
+        return TrainResult(model=model)

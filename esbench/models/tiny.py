@@ -1,0 +1,218 @@
+"""The embedded tiny model (`builtin:tiny`): built from code, offline, deterministically, and cached.
+
+Why it exists: the paper studies models with *partial* skill, whose Pass@1 sits well below their Pass@K. A
+1-2M-parameter Llama-config model pre-trained on the synthetic families in `esbench.tasks.synthetic`, with a
+share of deliberately wrong worked solutions, has that property on CPU in about two minutes. The recipe follows
+`../shared/reference/tiny_model_notes.md` (character-level tokenizer, hidden 192, 4 layers, noisy solutions,
+held-out reversal and maximum families).
+
+The cache key is a hash of `RECIPE` plus this builder's version, so editing the recipe rebuilds the model and
+changes its weights hash in every record's provenance. A Qwen2 config is deliberately avoided: transformers 5
+swaps in Qwen2's own tokenizer when such a checkpoint is reloaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import random
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from esbench.tasks import synthetic
+
+log = logging.getLogger(__name__)
+
+BUILDER_VERSION = 1
+
+RECIPE: dict[str, Any] = {
+    "tokenizer": {"kind": "char-bpe-no-merges", "model_max_length": 128},
+    "model": {
+        "hidden_size": 192,
+        "num_hidden_layers": 4,
+        "intermediate_size": 384,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "max_position_embeddings": 128,
+        "tie_word_embeddings": True,
+    },
+    "data": {
+        "mix": {"arith": 0.6, "reverse": 0.2, "max": 0.2},
+        "noise_rate": 0.3,
+        "noise_offsets": [-10, -2, -1, 1, 2, 10],
+    },
+    "train": {"steps": 800, "batch_size": 32, "lr": 3e-3, "warmup": 40, "weight_decay": 0.01, "seed": 0},
+    "threads": 1,
+}
+
+# Characters the synthetic families and their solutions can contain.
+ALPHABET = "0123456789+-=?,#\n QRM"
+SPECIALS = ["<pad>", "<s>", "</s>"]
+
+
+def recipe_hash(recipe: dict[str, Any] | None = None) -> str:
+    blob = json.dumps({"recipe": recipe or RECIPE, "builder": BUILDER_VERSION}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def cache_root() -> Path:
+    """User cache directory (`$ESBENCH_CACHE`, else `$XDG_CACHE_HOME/esbench`, else `~/.cache/esbench`)."""
+    if os.environ.get("ESBENCH_CACHE"):
+        return Path(os.environ["ESBENCH_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "esbench"
+
+
+def build_tokenizer(model_max_length: int):
+    """Byte-level BPE trained locally with no merges: one token per character, ids stable on reload."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=len(SPECIALS) + len(ALPHABET), special_tokens=SPECIALS, show_progress=False
+    )
+    tok.train_from_iterator([ALPHABET], trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        bos_token="<s>",
+        eos_token="</s>",
+        padding_side="left",
+        model_max_length=model_max_length,
+    )
+
+
+def solve(question: str, bad_step: int | None = None, offset: int = 0) -> str:
+    """Worked solution of an `arith` question; `bad_step` gets its result shifted by `offset`, and the error
+    propagates through the later steps to the final answer, as a careless human's would."""
+    expr = question.removeprefix("Q ").removesuffix("=?")
+    terms = re.findall(r"[+-]?\d+", expr)
+    value, lines = int(terms[0]), []
+    for i, term in enumerate(terms[1:]):
+        new = value + int(term) + (offset if i == bad_step else 0)
+        lines.append(f"{value}{term[0]}{term[1:]}={new}")
+        value = new
+    return "\n".join(lines) + f"\n#### {value}"
+
+
+def training_text(row: dict[str, str], rng: random.Random, data: dict[str, Any]) -> str:
+    if row["solution"] and rng.random() < data["noise_rate"]:
+        n_steps = row["solution"].count("\n") + 1
+        return solve(row["question"], rng.randrange(n_steps), rng.choice(data["noise_offsets"]))
+    return synthetic.target(row)
+
+
+def _batches(recipe: dict[str, Any], tokenizer, rng: random.Random):
+    import torch
+
+    data = recipe["data"]
+    exclude = {fam: {r["question"] for r in synthetic.make_split(fam, "test", 2_000)} for fam in data["mix"]}
+    streams = {fam: synthetic.stream(fam, synthetic.hash_seed(f"pretrain:{fam}"), exclude[fam]) for fam in data["mix"]}
+    fams, weights = zip(*data["mix"].items(), strict=True)
+    eos = tokenizer.eos_token_id
+    while True:
+        ids, labels = [], []
+        for _ in range(recipe["train"]["batch_size"]):
+            fam = rng.choices(fams, weights)[0]
+            row = next(streams[fam])
+            prompt = tokenizer(row["question"] + "\n", add_special_tokens=False)["input_ids"]
+            answer = tokenizer(training_text(row, rng, data), add_special_tokens=False)["input_ids"] + [eos]
+            ids.append(prompt + answer)
+            labels.append([-100] * len(prompt) + answer)
+        width = max(map(len, ids))
+        pad = tokenizer.pad_token_id
+        x = torch.tensor([s + [pad] * (width - len(s)) for s in ids])
+        y = torch.tensor([s + [-100] * (width - len(s)) for s in labels])
+        yield x, y, (x != pad).long()
+
+
+def _lr(step: int, cfg: dict[str, Any]) -> float:
+    """Linear warm-up, then cosine decay to zero."""
+    if step < cfg["warmup"]:
+        return cfg["lr"] * (step + 1) / cfg["warmup"]
+    progress = (step - cfg["warmup"]) / max(1, cfg["steps"] - cfg["warmup"])
+    return cfg["lr"] * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def pretrain(recipe: dict[str, Any]):
+    """Build tokenizer and model from `recipe` and pre-train it; returns (model, tokenizer, stats)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = recipe["train"]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(recipe["threads"])  # fixed thread count: same floating-point order everywhere
+    try:
+        torch.manual_seed(cfg["seed"])
+        tokenizer = build_tokenizer(recipe["tokenizer"]["model_max_length"])
+        config = LlamaConfig(
+            vocab_size=len(tokenizer),
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            **recipe["model"],
+        )
+        model = LlamaForCausalLM(config)
+        opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
+        batches = _batches(recipe, tokenizer, random.Random(cfg["seed"]))
+        start, losses = time.perf_counter(), []
+        model.train()
+        for step in range(cfg["steps"]):
+            for group in opt.param_groups:
+                group["lr"] = _lr(step, cfg)
+            x, y, mask = next(batches)
+            loss = model(input_ids=x, attention_mask=mask, labels=y).loss
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            losses.append(loss.item())
+        model.eval()
+        stats = {
+            "seconds": round(time.perf_counter() - start, 1),
+            "final_loss": round(sum(losses[-50:]) / 50, 4),
+            "parameters": sum(p.numel() for p in model.parameters()),
+        }
+        return model, tokenizer, stats
+    finally:
+        torch.set_num_threads(threads)
+
+
+def ensure_built(recipe: dict[str, Any] | None = None) -> Path:
+    """Return the cache directory of the model built from `recipe`, building it first if needed.
+
+    The build writes into a temporary sibling directory and renames it into place, so a killed build never
+    leaves a half-written model behind.
+    """
+    recipe = recipe or RECIPE
+    target = cache_root() / "models" / f"tiny-{recipe_hash(recipe)}"
+    if (target / "esbench-recipe.json").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    log.warning("building the embedded tiny model into %s (one-off, about two minutes)", target)
+    model, tokenizer, stats = pretrain(recipe)
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "esbench-recipe.json").write_text(
+            json.dumps({"recipe": recipe, "builder": BUILDER_VERSION, "stats": stats}, indent=2)
+        )
+        try:
+            os.rename(tmp, target)
+        except OSError:  # another process finished the same build first
+            if not (target / "esbench-recipe.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target

@@ -1,0 +1,150 @@
+"""Run one cell: load model -> method recipe -> lm-eval evaluation -> record.json (written last, atomically).
+
+Executors (`esbench.executors`) decide *where* cells run; this module is what runs inside each of them, so a
+local run and a Ray or Slurm worker produce the same files.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from esbench import provenance
+from esbench.records import RECORD_SCHEMA, atomic_write_json, status
+from esbench.spec import Cell
+
+log = logging.getLogger(__name__)
+
+
+def seed_everything(seed: int) -> None:
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def make_reward(task, correct: float = 1.0, formatted: float = 0.1) -> Callable[[str, str], float]:
+    """The paper's verifier reward: `correct` if right, `formatted` if an answer was extracted but is wrong."""
+
+    def reward(response: str, gold: str) -> float:
+        v = task.verify(response, gold)
+        return correct if v.correct else (formatted if v.formatted else 0.0)
+
+    return reward
+
+
+def _train_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """First/last reward means over the log, so a record shows whether training moved the reward."""
+    rewards = [r["reward_mean"] for r in rows if "reward_mean" in r]
+    if not rewards:
+        return {"updates_logged": len(rows)}
+    w = max(1, len(rewards) // 4)
+    return {
+        "updates_logged": len(rows),
+        "reward_first": sum(rewards[:w]) / w,
+        "reward_last": sum(rewards[-w:]) / w,
+    }
+
+
+def stage_count(cell: Cell) -> int:
+    """Progress steps of a cell: load, train (if any), one per task and eval pass, write the record."""
+    from esbench.methods import registry
+
+    ev = cell.spec["eval"]
+    trains = registry.get(cell.spec["method"]["kind"]).trains
+    return 2 + int(trains) + len(ev["tasks"]) * (2 if ev["greedy"] else 1)
+
+
+def run_cell(cell: Cell, directory: Path, on_stage: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Execute `cell` into `directory` and return its record. Resumable: a recipe checkpoints under `work/`."""
+    from esbench.evaluation import evaluate
+    from esbench.methods import TrainContext, append_jsonl, registry
+    from esbench.models import load_model, state_hash
+    from esbench.tasks import get_task, rows_hash
+
+    stage = on_stage or (lambda _: None)
+    spec = cell.spec
+    directory.mkdir(parents=True, exist_ok=True)
+    if status(directory) == "done":
+        return json.loads((directory / "record.json").read_text())
+    atomic_write_json(directory / "cell.json", cell.to_json())
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+
+    loaded = load_model(**spec["model"])
+    model, tokenizer = loaded.model, loaded.tokenizer
+    timings["load_s"] = time.perf_counter() - t0
+    stage("model loaded")
+
+    method_cls = registry.get(spec["method"]["kind"])
+    config = method_cls.Config.model_validate(spec["method"]["config"])
+    data_prov: dict[str, Any] = {}
+    train_log = directory / "train.jsonl"
+    if method_cls.trains:
+        task = get_task(spec["dataset"]["task"])
+        train_rows = task.rows("train", spec["dataset"]["size"])
+        data_prov["train"] = {
+            "task": task.name,
+            "version": task.version,
+            "rows": len(train_rows),
+            "sha256": rows_hash(train_rows),
+        }
+        work = directory / "work"
+        work.mkdir(exist_ok=True)
+        seed_everything(spec["seed"])
+        ctx = TrainContext(seed=spec["seed"], workdir=work, log=lambda row: append_jsonl(train_log, row))
+        t1 = time.perf_counter()
+        result = method_cls().train(model, tokenizer, train_rows, make_reward(task), spec["budget"], config, ctx)
+        timings["train_s"] = time.perf_counter() - t1
+        stage("trained")
+    else:
+        from esbench.methods import TrainResult
+
+        result = TrainResult(model=model)
+    model = result.model
+    log_rows = [json.loads(line) for line in train_log.read_text().splitlines()] if train_log.exists() else []
+
+    t2 = time.perf_counter()
+    seed_everything(spec["seed"])
+    ev = spec["eval"]
+    metrics = evaluate(model, tokenizer, ev, spec["seed"], directory, on_pass=lambda p: stage(f"evaluated {p}"))
+    timings["eval_s"] = time.perf_counter() - t2
+    data_prov["eval"] = {}
+    for t in ev["tasks"]:
+        task = get_task(t)
+        rows = task.rows("test", ev["limit"] or None)
+        data_prov["eval"][t] = {"version": task.version, "rows": len(rows), "sha256": rows_hash(rows)}
+    timings["total_s"] = time.perf_counter() - t0
+
+    record = {
+        "schema": RECORD_SCHEMA,
+        "cell": cell.to_json(),
+        "metrics": metrics,
+        "held_out": ev["held_out"],
+        "train": {**_train_summary(log_rows), **result.summary},
+        "budget_used": {
+            "updates": result.updates,
+            "rollouts": result.rollouts,
+            "generated_tokens": result.generated_tokens,
+        },
+        "timings": {k: round(v, 3) for k, v in timings.items()},
+        "provenance": {
+            **provenance.environment(),
+            "seeds": {"cell": spec["seed"], "train": spec["seed"], "eval": spec["seed"]},
+            "model": loaded.provenance,
+            "final_weights_sha256": state_hash(model),
+            "datasets": data_prov,
+        },
+    }
+    atomic_write_json(directory / "record.json", record)
+    stage("record written")
+    shutil.rmtree(directory / "work", ignore_errors=True)  # checkpoints only serve resumption
+    return record

@@ -1,0 +1,345 @@
+"""Suite YAML -> validated, frozen spec -> grid of cells with content-hashed ids.
+
+A suite is a grid: models x train datasets x methods x budgets x seeds, evaluated with one `eval` block. Models,
+datasets and methods are mappings keyed by a name, so a duplicate name is a duplicate YAML key (rejected) and the
+error path reads like `methods.es.sigma`. Every error names the file, the line and the field path, and the suite
+is rejected before anything is written.
+
+A cell's id is the SHA-256 of its *normalised* spec (defaults filled in, display names dropped, keys sorted), so
+it does not change when the YAML is reordered, reformatted, or an entry is renamed. Following HELM, two entries
+that normalise to the same cell are an error rather than a silent merge; the one deliberate merge is `base`,
+which trains nothing and so ignores datasets and budgets.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+
+SCHEMA = "esbench.suite/1"
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+
+class SuiteError(Exception):
+    """One or more problems in a suite file, each as (line, field path, message)."""
+
+    def __init__(self, file: str, problems: list[tuple[int, str, str]]):
+        self.file = file
+        self.problems = sorted(problems, key=lambda p: (p[0], p[1]))
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        return "\n".join(f"{self.file}:{line}: {path + ': ' if path else ''}{msg}" for line, path, msg in self.problems)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class ModelSpec(_Strict):
+    path: str = Field(description="`builtin:tiny`, a Hugging Face id (`org/name`), or a local directory.")
+    revision: str | None = Field(None, description="Hub revision (commit) to pin; ignored for local paths.")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Compute dtype.")
+
+    @field_validator("path")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        from esbench.models import check_model_path
+
+        check_model_path(v)
+        return v
+
+
+class DatasetSpec(_Strict):
+    task: str = Field(description="A registered task whose `train` split is the training data.")
+    size: int | None = Field(None, gt=0, description="Number of training problems; default: the whole split.")
+
+    @field_validator("task")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        from esbench.tasks import get_task
+
+        get_task(v)
+        return v
+
+
+class EvalSpec(_Strict):
+    tasks: list[str] = Field(min_length=1, description="Registered eval tasks (lm-eval task configs).")
+    held_out: list[str] = Field(default_factory=list, description="Tasks that measure forgetting.")
+    limit: int | None = Field(None, gt=0, description="Evaluate only the first `limit` problems of each task.")
+    n: int = Field(32, gt=0, description="Samples per problem (paper: 32).")
+    k: list[int] | None = Field(None, description="Pass@k / Maj@k values, each <= n; default powers of 2.")
+    temperature: float = Field(0.6, ge=0, description="Sampling temperature (paper: 0.6).")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling threshold (paper: 1.0).")
+    max_new_tokens: int = Field(2048, gt=0, description="Generation budget (paper: 2048 easy, 8192 hard).")
+    greedy: bool = Field(True, description="Also run one greedy (temperature 0) pass per problem.")
+
+    @field_validator("tasks", "held_out")
+    @classmethod
+    def _tasks(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        from esbench.tasks import get_task
+
+        if len(set(v)) != len(v):
+            raise ValueError(f"duplicate task names in {v}")
+        for name in v:
+            get_task(name)
+        if info.field_name == "held_out" and "tasks" in info.data:
+            missing = sorted(set(v) - set(info.data["tasks"]))
+            if missing:
+                raise ValueError(f"{missing} not in eval.tasks; held-out tasks must also be evaluated")
+        return v
+
+    @field_validator("k")
+    @classmethod
+    def _k_valid(cls, v: list[int] | None, info: ValidationInfo) -> list[int] | None:
+        if v is None:
+            return v
+        if not v:
+            raise ValueError("must list at least one k")
+        if any(k <= 0 for k in v):
+            raise ValueError(f"every k must be > 0, got {v}")
+        if len(set(v)) != len(v):
+            raise ValueError(f"duplicate k values in {v}")
+        n = info.data.get("n")
+        if n is not None and max(v) > n:
+            raise ValueError(f"k={max(v)} is larger than n={n}; every k must be <= n (samples per problem)")
+        return v
+
+    @property
+    def ks(self) -> list[int]:
+        if self.k is not None:
+            return sorted(self.k)
+        return [2**i for i in range(self.n.bit_length()) if 2**i <= self.n]
+
+
+class SuiteSpec(_Strict):
+    name: str = Field(pattern=_NAME, description="Suite name; also its output folder under runs/.")
+    description: str = ""
+    models: dict[str, ModelSpec] = Field(min_length=1)
+    datasets: dict[str, DatasetSpec] = Field(default_factory=dict)
+    methods: dict[str, dict[str, Any]] = Field(min_length=1, description="name -> {method: kind, **config}")
+    budgets: list[int] = Field(default_factory=lambda: [0], description="Update budgets of trained methods.")
+    seeds: list[int] = Field(min_length=1)
+    eval: EvalSpec
+
+    @field_validator("budgets", "seeds")
+    @classmethod
+    def _distinct_non_negative(cls, v: list[int]) -> list[int]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"duplicate values in {v}")
+        if any(x < 0 for x in v):
+            raise ValueError(f"values must be >= 0, got {v}")
+        return v
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Cells
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One grid point. `spec` is the normalised content that the id hashes; `labels` are display names only."""
+
+    spec: dict[str, Any]
+    labels: dict[str, str]
+    id: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "id", cell_id(self.spec))
+
+    @property
+    def name(self) -> str:
+        """Readable path `model/dataset/method/b<budget>/s<seed>`; `--only` globs match it or the id."""
+        lb = self.labels
+        return f"{lb['model']}/{lb['dataset']}/{lb['method']}/b{self.spec['budget']}/s{self.spec['seed']}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "labels": self.labels, "spec": self.spec}
+
+
+def canonical_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def cell_id(spec: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(spec).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Suite:
+    spec: SuiteSpec
+    file: str
+    methods: dict[str, Any]  # name -> (kind, validated config model)
+    lines: dict[tuple, int]
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def cells(self) -> list[Cell]:
+        """Expand the grid; raises SuiteError if two distinct entries give the same cell."""
+        out: dict[str, Cell] = {}
+        problems = []
+        ev = self.spec.eval.model_dump()
+        ev["k"] = self.spec.eval.ks
+        for mname, model in self.spec.models.items():
+            for meth_name, (kind, cfg, trains) in self.methods.items():
+                combos = [(d, b) for d in self.spec.datasets for b in self.spec.budgets] if trains else [(None, 0)]
+                for dname, budget in combos:
+                    for seed in self.spec.seeds:
+                        spec = {
+                            "schema": SCHEMA,
+                            "model": model.model_dump(),
+                            "dataset": self.spec.datasets[dname].model_dump() if dname else None,
+                            "method": {"kind": kind, "config": cfg.model_dump(mode="json")},
+                            "budget": budget,
+                            "seed": seed,
+                            "eval": ev,
+                        }
+                        labels = {
+                            "suite": self.spec.name,
+                            "model": mname,
+                            "dataset": dname or "-",
+                            "method": meth_name,
+                        }
+                        cell = Cell(spec, labels)
+                        prior = out.get(cell.id)
+                        if prior and prior.labels["method"] != meth_name or prior and trains:
+                            line = self.lines.get(("methods", meth_name), 1)
+                            problems.append((line, f"methods.{meth_name}", f"gives the same cells as {prior.name}"))
+                        out.setdefault(cell.id, cell)
+        if problems:
+            raise SuiteError(self.file, problems)
+        return list(out.values())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Loading
+
+
+def _walk(node: yaml.Node, path: tuple, lines: dict[tuple, int], dups: list) -> None:
+    """Record the 1-based line of every field path and collect duplicate mapping keys."""
+    lines[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[Any, int] = {}
+        for key_node, value_node in node.value:
+            key = key_node.value
+            if key in seen:
+                dups.append(
+                    (
+                        key_node.start_mark.line + 1,
+                        _fmt(path + (key,)),
+                        f"duplicate key {key!r} (first defined on line {seen[key]})",
+                    )
+                )
+            seen[key] = key_node.start_mark.line + 1
+            _walk(value_node, path + (key,), lines, dups)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _walk(item, path + (i,), lines, dups)
+
+
+def _fmt(path: tuple) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _line(lines: dict[tuple, int], path: tuple) -> int:
+    while path and path not in lines:
+        path = path[:-1]
+    return lines.get(path, 1)
+
+
+def _pydantic_problems(err: ValidationError, lines: dict[tuple, int], prefix: tuple = ()) -> list:
+    problems = []
+    for e in err.errors():
+        loc = prefix + tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = f"unknown key {loc[-1]!r}"
+        elif e["type"] == "missing":
+            msg = "required field is missing"
+        elif "input" in e and e["type"] not in ("value_error", "assertion_error") and not isinstance(e["input"], dict):
+            msg += f" (got {e['input']!r})"
+        problems.append((_line(lines, loc), _fmt(loc), msg))
+    return problems
+
+
+def _expected_keys(model: type[BaseModel]) -> str:
+    return ", ".join(model.model_fields)
+
+
+def load_suite(path: str | Path) -> Suite:
+    """Parse and validate a suite file. Raises SuiteError with every problem found; writes nothing."""
+    from esbench.methods import registry
+
+    file = str(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise SuiteError(file, [(0, "", f"cannot read suite: {e.strerror}")]) from None
+    try:
+        loader = yaml.SafeLoader(text)
+        try:
+            node = loader.get_single_node()
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        line = mark.line + 1 if mark else 1
+        msg = f"YAML syntax error: {e.problem or e}"
+        if e.context and e.context_mark and e.problem_mark and e.context_mark.line != e.problem_mark.line:
+            msg += f" ({e.context} on line {e.context_mark.line + 1})"
+        raise SuiteError(file, [(line, "", msg)]) from None
+    except yaml.YAMLError as e:
+        raise SuiteError(file, [(1, "", f"YAML error: {e}")]) from None
+    if not isinstance(data, dict):
+        raise SuiteError(file, [(1, "", "a suite must be a YAML mapping with name, models, methods, ...")])
+    lines: dict[tuple, int] = {}
+    problems: list = []
+    _walk(node, (), lines, problems)
+    try:
+        spec = SuiteSpec.model_validate(data)
+    except ValidationError as e:
+        problems += _pydantic_problems(e, lines)
+        for p in problems:
+            if p[2].startswith("unknown key") and "." not in p[1]:
+                problems[problems.index(p)] = (p[0], p[1], p[2] + f"; expected one of: {_expected_keys(SuiteSpec)}")
+        raise SuiteError(file, problems) from None
+    methods: dict[str, Any] = {}
+    for name, entry in spec.methods.items():
+        where = ("methods", name)
+        if not re.match(_NAME, name):
+            problems.append((_line(lines, where), _fmt(where), f"invalid name {name!r}"))
+            continue
+        entry = dict(entry or {})
+        kind = entry.pop("method", name)
+        try:
+            cls = registry.get(kind)
+        except KeyError as e:
+            problems.append((_line(lines, where + ("method",)), _fmt(where + ("method",)), e.args[0]))
+            continue
+        try:
+            methods[name] = (kind, cls.Config.model_validate(entry), cls.trains)
+        except ValidationError as e:
+            problems += _pydantic_problems(e, lines, where)
+    if any(trains for _, _, trains in methods.values()):
+        if not spec.datasets:
+            problems.append((_line(lines, ("datasets",)), "datasets", "empty grid: trained methods need a dataset"))
+        if not any(spec.budgets):
+            problems.append((_line(lines, ("budgets",)), "budgets", "trained methods need a budget > 0"))
+    if problems:
+        raise SuiteError(file, problems)
+    suite = Suite(spec=spec, file=file, methods=methods, lines=lines)
+    suite.cells()  # duplicate-cell check
+    return suite

@@ -1,0 +1,42 @@
+"""Hooks referenced by the lm-eval task configs in this folder (`!function utils.<name>`).
+
+Kept import-light: lm-eval imports this module when it indexes the folder.
+"""
+
+from __future__ import annotations
+
+
+def load_tiny(task: str, family: str, test_size: int = 500, **_: object):
+    """The test split of a synthetic family as an HF `DatasetDict` (generated offline, deterministically)."""
+    import datasets
+
+    from esbench.tasks import synthetic
+
+    rows = [{**row, "task": task} for row in synthetic.make_split(family, "test", test_size)]
+    return datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})
+
+
+def keep_all(resps, docs):
+    """Identity filter: keep all `repeats` responses per document, so Pass@k sees every sample."""
+    return resps
+
+
+def flatten(results: list) -> list[str]:
+    """lm-eval hands over one entry per request instance; with `repeats: n` that entry is the list of n."""
+    out: list[str] = []
+    for r in results:
+        out.extend(flatten(r) if isinstance(r, list | tuple) else [r])
+    return out
+
+
+def process_results(doc: dict, results: list[str]) -> dict[str, float]:
+    """Pass@1 (= mean correctness over the repeats) with the task's esbench verifier.
+
+    esbench recomputes per-problem [n, c], Pass@k and Maj@k from the logged samples with the same verifier; this
+    metric is lm-eval's own view of the same numbers, and the two are cross-checked.
+    """
+    from esbench.tasks import get_task
+
+    task = get_task(doc["task"])
+    verdicts = [task.verify(r, doc["answer"]) for r in flatten(results)]
+    return {"pass@1": sum(v.correct for v in verdicts) / len(verdicts)}

@@ -1,0 +1,54 @@
+"""Answer extraction and checking, shared by evaluation (Pass@k, Maj@k) and training rewards.
+
+`hash_answer` follows the paper's GSM8K gold rule: the number after `####` (regex
+`####\\s*(-?[0-9][0-9,]*(?:\\.[0-9]+)?)`, commas stripped). The same rule reads the tiny model's answers, so one
+verifier serves the synthetic families and GSM8K-format data.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_HASH = re.compile(r"####\s*(-?[0-9][0-9,]*(?:\.[0-9]+)?)")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    answer: str | None  # normalised extracted answer; None when extraction failed (abstains in Maj@k)
+    correct: bool
+
+    @property
+    def formatted(self) -> bool:
+        return self.answer is not None
+
+
+def normalise_number(text: str) -> str:
+    """`1,234.50` -> `1234.5`; `-0` -> `0`; integers lose a trailing `.0`."""
+    text = text.replace(",", "").replace("\u2212", "-")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    if text in ("-0", ""):
+        text = "0"
+    return text
+
+
+def hash_answer(text: str) -> str | None:
+    """The first `#### <number>` answer in `text`, normalised; None if there is none."""
+    m = _HASH.search(text.replace("\u2212", "-"))
+    return normalise_number(m.group(1)) if m else None
+
+
+def verify_hash(response: str, gold: str) -> Verdict:
+    answer = hash_answer(response)
+    return Verdict(answer, answer is not None and answer == normalise_number(gold))
+
+
+def verify_exact(response: str, gold: str) -> Verdict:
+    """`#### <digits>` compared as a string: leading zeros matter (digit-string reversal)."""
+    m = re.search(r"####\s*(\S+)", response)
+    answer = m.group(1) if m else None
+    return Verdict(answer, answer == gold)
+
+
+VERIFIERS = {"hash": verify_hash, "exact": verify_exact}

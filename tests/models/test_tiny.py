@@ -1,0 +1,85 @@
+"""The embedded tiny model: offline build, stable tokenizer, deterministic recipe, and partial skill."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from esbench.models import check_model_path, load_model, state_hash, tiny
+
+
+def test_tokenizer_reloads_with_identical_ids(tmp_path):
+    from transformers import AutoTokenizer
+
+    tok = tiny.build_tokenizer(128)
+    text = "Q 12+7-3=?\n12+7=19\n19-3=16\n#### 16"
+    tok.save_pretrained(tmp_path)
+    again = AutoTokenizer.from_pretrained(tmp_path)
+    assert tok(text)["input_ids"] == again(text)["input_ids"]
+    assert len(tok(text)["input_ids"]) == len(text), "one token per character"
+    assert again.padding_side == "left" and again.model_max_length == 128
+
+
+def test_noisy_solution_propagates_the_error():
+    good = tiny.solve("Q 12+7-3=?")
+    assert good == "12+7=19\n19-3=16\n#### 16"
+    bad = tiny.solve("Q 12+7-3=?", bad_step=0, offset=-2)
+    assert bad == "12+7=17\n17-3=14\n#### 14"
+
+
+def test_build_is_deterministic_and_cached(tmp_path, monkeypatch):
+    recipe = copy.deepcopy(tiny.RECIPE)
+    recipe["train"]["steps"] = 4
+    hashes = []
+    for i in range(2):
+        monkeypatch.setenv("ESBENCH_CACHE", str(tmp_path / f"cache{i}"))
+        path = tiny.ensure_built(recipe)
+        assert path.name == f"tiny-{tiny.recipe_hash(recipe)}"
+        hashes.append(state_hash(load_model(str(path)).model))
+        assert tiny.ensure_built(recipe) == path  # cached: no rebuild
+    assert hashes[0] == hashes[1]
+    recipe["train"]["seed"] = 1
+    assert tiny.recipe_hash(recipe) != path.name.removeprefix("tiny-")
+
+
+def test_model_references_resolve_or_fail_clearly(tmp_path):
+    check_model_path("builtin:tiny")
+    check_model_path("Qwen/Qwen2.5-1.5B-Instruct")  # a hub id is accepted offline; loading needs the hub
+    for bad, msg in [("builtin:nope", "unknown builtin"), ("/no/such/dir", "unknown model"), ("bad id!", "unknown")]:
+        with pytest.raises(ValueError, match=msg):
+            check_model_path(bad)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="config.json"):
+        check_model_path(str(tmp_path / "empty"))
+
+
+def test_local_path_loads_through_the_same_code(tiny_model_dir):
+    by_name = load_model("builtin:tiny")
+    by_path = load_model(str(tiny_model_dir))
+    assert state_hash(by_name.model) == state_hash(by_path.model)
+    assert by_path.provenance["weights_sha256"] == by_name.provenance["weights_sha256"]
+    assert 1_000_000 <= by_path.provenance["parameters"] <= 5_000_000
+
+
+def test_tiny_model_has_partial_skill_and_learned_held_out_families(tiny_model_dir, tmp_path):
+    """Pass@1 in 20-60 % and Pass@16 >= 1.5 x Pass@1 on arithmetic; reversal and maximum clearly learned."""
+    from esbench.evaluation import evaluate
+
+    loaded = load_model("builtin:tiny")
+    spec = {
+        "tasks": ["tiny_arith", "tiny_reverse", "tiny_max"],
+        "limit": 100,
+        "n": 16,
+        "k": [1, 16],
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "max_new_tokens": 48,
+        "greedy": False,
+    }
+    m = evaluate(loaded.model, loaded.tokenizer, spec, 0, tmp_path)
+    arith = m["tiny_arith"]
+    assert 0.2 <= arith["pass@1"] <= 0.6, arith["pass@1"]
+    assert arith["pass@16"] >= 1.5 * arith["pass@1"]
+    for task in ("tiny_reverse", "tiny_max"):
+        assert m[task]["pass@1"] >= 0.5, (task, m[task]["pass@1"])

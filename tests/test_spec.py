@@ -1,0 +1,210 @@
+"""Suite parsing, validation errors (file, line, field path, expectation) and content-hashed cell ids."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from esbench.cli import main
+from esbench.spec import SuiteError, load_suite
+
+VALID = """\
+# esbench run suite.yaml
+name: demo
+models:
+  tiny:
+    path: builtin:tiny
+datasets:
+  arith:
+    task: tiny_arith
+    size: 64
+methods:
+  base: {}
+seeds: [0, 1]
+eval:
+  tasks: [tiny_arith, tiny_max]
+  held_out: [tiny_max]
+  n: 8
+  k: [1, 8]
+  temperature: 1.0
+  max_new_tokens: 40
+"""
+
+
+def write(tmp_path, text, name="suite.yaml"):
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def test_valid_suite_expands_grid(tmp_path):
+    suite = load_suite(write(tmp_path, VALID))
+    cells = suite.cells()
+    assert [c.spec["seed"] for c in cells] == [0, 1]
+    assert all(c.spec["dataset"] is None and c.spec["budget"] == 0 for c in cells), "base ignores data/budget"
+    assert cells[0].spec["eval"]["k"] == [1, 8]
+    assert len({c.id for c in cells}) == 2
+
+
+def test_default_k_is_powers_of_two_up_to_n(tmp_path):
+    suite = load_suite(write(tmp_path, VALID.replace("  k: [1, 8]\n", "").replace("n: 8", "n: 12")))
+    assert suite.cells()[0].spec["eval"]["k"] == [1, 2, 4, 8]
+
+
+REFORMATTED = """\
+# same suite, keys reordered, flow style, comments, a renamed model label, defaults written out
+eval: {max_new_tokens: 40, temperature: 1.0, k: [8, 1], n: 8, tasks: [tiny_arith, tiny_max],
+       held_out: [tiny_max], top_p: 1.0, greedy: true}
+seeds: [1, 0]
+methods: {base: {method: base}}
+datasets: {arith: {size: 64, task: tiny_arith}}
+models:
+  my-tiny: {revision: null, path: "builtin:tiny"}   # label differs, content does not
+name: demo
+"""
+
+
+def test_cell_ids_are_content_hashes_stable_under_reformatting(tmp_path):
+    a = {c.spec["seed"]: c.id for c in load_suite(write(tmp_path, VALID, "a.yaml")).cells()}
+    b = {c.spec["seed"]: c.id for c in load_suite(write(tmp_path, REFORMATTED, "b.yaml")).cells()}
+    assert a == b
+    changed = load_suite(write(tmp_path, VALID.replace("n: 8", "n: 16"), "c.yaml")).cells()
+    assert {c.id for c in changed}.isdisjoint(a.values()), "a different eval setting must change the id"
+
+
+def test_cell_ids_are_pinned_across_machines(tmp_path):
+    """The id is a function of content only: recomputing it from the canonical JSON gives the same value."""
+    import hashlib
+    import json
+
+    cell = load_suite(write(tmp_path, VALID)).cells()[0]
+    blob = json.dumps(cell.spec, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    assert cell.id == hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# (description, suite text, expected line, expected field path, expected message fragment)
+BAD = [
+    ("yaml syntax", VALID.replace("  n: 8", "  n: [8"), 17, "", "YAML syntax error"),
+    ("unknown top-level key", VALID + "extra: 1\n", 20, "extra", "unknown key 'extra'"),
+    (
+        "unknown nested key",
+        VALID.replace("    size: 64", "    size: 64\n    sise: 3"),
+        10,
+        "datasets.arith.sise",
+        "unknown key",
+    ),
+    ("wrong type", VALID.replace("n: 8", "n: eight"), 16, "eval.n", "valid integer"),
+    ("wrong type in list", VALID.replace("seeds: [0, 1]", "seeds: [0, x]"), 12, "seeds[1]", "valid integer"),
+    ("out of range n", VALID.replace("n: 8", "n: 0"), 16, "eval.n", "greater than 0"),
+    ("out of range top_p", VALID.replace("  n: 8", "  top_p: 1.5\n  n: 8"), 16, "eval.top_p", "less than or equal"),
+    (
+        "negative temperature",
+        VALID.replace("temperature: 1.0", "temperature: -1"),
+        18,
+        "eval.temperature",
+        "greater than or equal to 0",
+    ),
+    ("k larger than n", VALID.replace("k: [1, 8]", "k: [1, 16]"), 17, "eval.k", "larger than n=8"),
+    ("unknown method", VALID.replace("base: {}", "bogus: {}"), 11, "methods.bogus.method", "unknown method 'bogus'"),
+    (
+        "unknown builtin model",
+        VALID.replace("builtin:tiny", "builtin:huge"),
+        5,
+        "models.tiny.path",
+        "unknown builtin model",
+    ),
+    ("unknown local model", VALID.replace("builtin:tiny", "./no/such/dir"), 5, "models.tiny.path", "unknown model"),
+    (
+        "unknown eval task",
+        VALID.replace("tasks: [tiny_arith, tiny_max]", "tasks: [tiny_arith, gsm9k]"),
+        14,
+        "eval.tasks",
+        "unknown task 'gsm9k'",
+    ),
+    ("unknown train task", VALID.replace("task: tiny_arith", "task: nope"), 8, "datasets.arith.task", "unknown task"),
+    (
+        "duplicate model name",
+        VALID.replace("models:\n", "models:\n  tiny: {path: builtin:tiny}\n"),
+        5,
+        "models.tiny",
+        "duplicate key 'tiny'",
+    ),
+    (
+        "duplicate method name",
+        VALID.replace("  base: {}", "  base: {}\n  base: {method: base}"),
+        12,
+        "methods.base",
+        "duplicate key",
+    ),
+    ("duplicate seeds", VALID.replace("seeds: [0, 1]", "seeds: [1, 1]"), 12, "seeds", "duplicate"),
+    (
+        "empty grid: no methods",
+        VALID.replace("  base: {}\n", "").replace("methods:", "methods: {}"),
+        10,
+        "methods",
+        "at least 1",
+    ),
+    ("empty grid: no seeds", VALID.replace("seeds: [0, 1]", "seeds: []"), 12, "seeds", "at least 1"),
+    (
+        "empty grid: no models",
+        VALID.replace("models:\n  tiny:\n    path: builtin:tiny\n", "models: {}\n"),
+        3,
+        "models",
+        "at least 1",
+    ),
+    ("missing field", VALID.replace("name: demo\n", ""), 2, "name", "required"),
+    (
+        "held-out task not evaluated",
+        VALID.replace("held_out: [tiny_max]", "held_out: [tiny_reverse]"),
+        15,
+        "eval.held_out",
+        "not in eval.tasks",
+    ),
+    (
+        "bad config key for method",
+        VALID.replace("base: {}", "base: {sigma: 0.1}"),
+        11,
+        "methods.base.sigma",
+        "unknown key",
+    ),
+    ("not a mapping", "- just\n- a list\n", 1, "", "must be a YAML mapping"),
+]
+
+
+@pytest.mark.parametrize(("text", "line", "path", "fragment"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_invalid_suite_exits_2_naming_file_line_field_and_writes_nothing(tmp_path, capsys, text, line, path, fragment):
+    suite = write(tmp_path, text)
+    out = tmp_path / "out"
+    for argv in (["validate", str(suite)], ["plan", str(suite)], ["run", str(suite), "--out", str(out)]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+    err = capsys.readouterr().err
+    expected = f"{suite}:{line}: {path + ': ' if path else ''}"
+    assert expected in err, err
+    assert fragment in err, err
+    assert not out.exists(), "an invalid suite must write nothing"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["suite.yaml"]
+
+
+def test_error_lists_every_problem(tmp_path):
+    text = VALID.replace("n: 8", "n: 0").replace("seeds: [0, 1]", "seeds: [x]")
+    with pytest.raises(SuiteError) as exc:
+        load_suite(write(tmp_path, text))
+    paths = [p[1] for p in exc.value.problems]
+    assert "eval.n" in paths and "seeds[0]" in paths
+
+
+def test_missing_file_exits_2(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["validate", str(tmp_path / "absent.yaml")])
+    assert exc.value.code == 2
+    assert "absent.yaml" in capsys.readouterr().err
+
+
+def test_shipped_suites_validate(repo):
+    for path in sorted((repo / "suites").glob("*.yaml")):
+        assert load_suite(path).cells(), path
+        first = path.read_text().splitlines()[0]
+        assert first.startswith("# esbench run suites/"), f"{path.name} must begin with the command that runs it"
