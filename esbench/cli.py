@@ -97,7 +97,9 @@ def _setup_logging(log_file: Path) -> None:
 def cmd_run(args) -> int:
     suite = _load(args.suite)
     cells = _select(suite, args.only)
-    os.environ.setdefault("TQDM_DISABLE", "1")  # lm-eval's per-request bars would drown the rich progress
+    # library progress bars (lm-eval requests, weight loading) would drown the rich progress display
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     from rich.console import Console
 

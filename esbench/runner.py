@@ -12,6 +12,7 @@ import random
 import shutil
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +32,21 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def make_reward(task, correct: float = 1.0, formatted: float = 0.1) -> Callable[[str, str], float]:
-    """The paper's verifier reward: `correct` if right, `formatted` if an answer was extracted but is wrong."""
+@dataclass(frozen=True)
+class Reward:
+    """The paper's verifier reward: `correct` if right, `formatted` if an answer was extracted but is wrong, else
+    0. It calls the task's own verifier, the one evaluation uses."""
 
-    def reward(response: str, gold: str) -> float:
-        v = task.verify(response, gold)
-        return correct if v.correct else (formatted if v.formatted else 0.0)
+    task: Any
+    correct: float = 1.0
+    formatted: float = 0.1
 
-    return reward
+    def __call__(self, response: str, gold: str) -> float:
+        v = self.task.verify(response, gold)
+        return self.correct if v.correct else (self.formatted if v.formatted else 0.0)
+
+    def with_values(self, correct: float, formatted: float) -> Reward:
+        return Reward(self.task, correct, formatted)
 
 
 def _train_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -66,7 +74,7 @@ def stage_count(cell: Cell) -> int:
 def run_cell(cell: Cell, directory: Path, on_stage: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Execute `cell` into `directory` and return its record. Resumable: a recipe checkpoints under `work/`."""
     from esbench.evaluation import evaluate
-    from esbench.methods import TrainContext, append_jsonl, registry
+    from esbench.methods import TrainContext, registry, resolve_budget
     from esbench.models import load_model, state_hash
     from esbench.tasks import get_task, rows_hash
 
@@ -100,9 +108,10 @@ def run_cell(cell: Cell, directory: Path, on_stage: Callable[[str], None] | None
         work = directory / "work"
         work.mkdir(exist_ok=True)
         seed_everything(spec["seed"])
-        ctx = TrainContext(seed=spec["seed"], workdir=work, log=lambda row: append_jsonl(train_log, row))
+        ctx = TrainContext(seed=spec["seed"], workdir=work, log_path=train_log, prompt=task.prompt)
         t1 = time.perf_counter()
-        result = method_cls().train(model, tokenizer, train_rows, make_reward(task), spec["budget"], config, ctx)
+        updates = resolve_budget(spec["budget"], len(train_rows), config)
+        result = method_cls().train(model, tokenizer, train_rows, Reward(task), updates, config, ctx)
         timings["train_s"] = time.perf_counter() - t1
         stage("trained")
     else:

@@ -125,17 +125,23 @@ class SuiteSpec(_Strict):
     models: dict[str, ModelSpec] = Field(min_length=1)
     datasets: dict[str, DatasetSpec] = Field(default_factory=dict)
     methods: dict[str, dict[str, Any]] = Field(min_length=1, description="name -> {method: kind, **config}")
-    budgets: list[int] = Field(default_factory=lambda: [0], description="Update budgets of trained methods.")
+    budgets: list[int | str] = Field(
+        default_factory=lambda: [0],
+        description="Budgets of trained methods: an int counts updates; '2ep' means two epochs of the train set.",
+    )
     seeds: list[int] = Field(min_length=1)
     eval: EvalSpec
 
     @field_validator("budgets", "seeds")
     @classmethod
-    def _distinct_non_negative(cls, v: list[int]) -> list[int]:
+    def _distinct_non_negative(cls, v: list) -> list:
         if len(set(v)) != len(v):
             raise ValueError(f"duplicate values in {v}")
-        if any(x < 0 for x in v):
-            raise ValueError(f"values must be >= 0, got {v}")
+        for x in v:
+            if isinstance(x, str) and not re.fullmatch(r"\d+(\.\d+)?ep", x):
+                raise ValueError(f"budget {x!r} must be an update count or epochs like '2ep'")
+            if isinstance(x, int) and x < 0:
+                raise ValueError(f"values must be >= 0, got {v}")
         return v
 
 
@@ -211,7 +217,7 @@ class Suite:
                         }
                         cell = Cell(spec, labels)
                         prior = out.get(cell.id)
-                        if prior and prior.labels["method"] != meth_name or prior and trains:
+                        if prior and (trains or prior.labels["method"] != meth_name):
                             line = self.lines.get(("methods", meth_name), 1)
                             problems.append((line, f"methods.{meth_name}", f"gives the same cells as {prior.name}"))
                         out.setdefault(cell.id, cell)
@@ -333,11 +339,22 @@ def load_suite(path: str | Path) -> Suite:
             methods[name] = (kind, cls.Config.model_validate(entry), cls.trains)
         except ValidationError as e:
             problems += _pydantic_problems(e, lines, where)
-    if any(trains for _, _, trains in methods.values()):
-        if not spec.datasets:
-            problems.append((_line(lines, ("datasets",)), "datasets", "empty grid: trained methods need a dataset"))
-        if not any(spec.budgets):
-            problems.append((_line(lines, ("budgets",)), "budgets", "trained methods need a budget > 0"))
+    trained = [name for name, (_, _, trains) in methods.items() if trains]
+    if trained:
+        # point at the empty field if it is written, else at the method that needs it
+        for key, empty, msg in (
+            ("datasets", not spec.datasets, "empty grid: datasets is empty"),
+            ("budgets", not any(b and b != "0ep" for b in spec.budgets), "no budget > 0"),
+        ):
+            if empty:
+                where = (key,) if (key,) in lines else ("methods", trained[0])
+                problems.append(
+                    (
+                        lines[where] if where in lines else 1,
+                        _fmt(where),
+                        f"{msg}, but method {trained[0]!r} trains (give {key})",
+                    )
+                )
     if problems:
         raise SuiteError(file, problems)
     suite = Suite(spec=spec, file=file, methods=methods, lines=lines)

@@ -169,6 +169,62 @@ BAD = [
         "unknown key",
     ),
     ("not a mapping", "- just\n- a list\n", 1, "", "must be a YAML mapping"),
+    (
+        "es sigma must be positive",
+        VALID.replace("base: {}", "es: {method: es, sigma: -1}"),
+        11,
+        "methods.es.sigma",
+        "greater than 0",
+    ),
+    (
+        "es unknown option",
+        VALID.replace("base: {}", "es: {method: es, sigmaa: 1}"),
+        11,
+        "methods.es.sigmaa",
+        "unknown key",
+    ),
+    (
+        "trained method without datasets",
+        VALID.replace("base: {}", "es: {method: es}").replace(
+            "datasets:\n  arith:\n    task: tiny_arith\n    size: 64\n", ""
+        )
+        + "budgets: [5]\n",
+        7,
+        "methods.es",
+        "empty grid: datasets is empty",
+    ),
+    (
+        "trained method with empty datasets",
+        VALID.replace("base: {}", "es: {method: es}").replace(
+            "datasets:\n  arith:\n    task: tiny_arith\n    size: 64\n", "datasets: {}\n"
+        )
+        + "budgets: [5]\n",
+        6,
+        "datasets",
+        "empty grid: datasets is empty",
+    ),
+    (
+        "trained method without budget",
+        VALID.replace("base: {}", "es: {method: es}") + "budgets: [0]\n",
+        20,
+        "budgets",
+        "no budget > 0",
+    ),
+    (
+        "malformed epoch budget",
+        VALID.replace("base: {}", "es: {method: es}") + "budgets: [2 epochs]\n",
+        20,
+        "budgets",
+        "'2ep'",
+    ),
+    (
+        "two names for one method config",
+        VALID.replace("base: {}", "es: {method: es, sigma: 0.001}\n  es2: {method: es, sigma: 0.001}")
+        + "budgets: [4]\n",
+        12,
+        "methods.es2",
+        "same cells",
+    ),
 ]
 
 
@@ -186,6 +242,16 @@ def test_invalid_suite_exits_2_naming_file_line_field_and_writes_nothing(tmp_pat
     assert fragment in err, err
     assert not out.exists(), "an invalid suite must write nothing"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["suite.yaml"]
+
+
+def test_trained_methods_expand_over_datasets_budgets_and_seeds(tmp_path):
+    text = VALID.replace("base: {}", "base: {}\n  es: {method: es, sigma: 0.01}") + "budgets: [10, 1ep]\n"
+    cells = load_suite(write(tmp_path, text)).cells()
+    es = [c for c in cells if c.spec["method"]["kind"] == "es"]
+    assert len(cells) == 2 + 4 and len(es) == 4
+    assert sorted({c.spec["budget"] for c in es}, key=str) == [10, "1ep"]
+    assert es[0].spec["method"]["config"]["sigma"] == 0.01 and es[0].spec["method"]["config"]["population"] == 30
+    assert es[0].spec["dataset"] == {"task": "tiny_arith", "size": 64}
 
 
 def test_error_lists_every_problem(tmp_path):

@@ -12,6 +12,7 @@ are and ignore datasets and budgets.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -29,12 +30,28 @@ class NoConfig(BaseModel):
 
 @dataclass
 class TrainContext:
-    """What a recipe gets besides its inputs: the cell's seed, a private work dir for checkpoints (it survives a
-    kill, so a recipe resumes from it), and `log`, which appends one JSON line per update to train.jsonl."""
+    """What a recipe gets besides its inputs: the cell's seed; a private work dir for checkpoints (it survives a
+    kill, so a recipe resumes from it); the task's prompt template; and train.jsonl, written through `log`."""
 
     seed: int
     workdir: Path
-    log: Callable[[dict[str, Any]], None]
+    log_path: Path
+    prompt: Callable[[dict[str, str]], str]
+
+    def log(self, row: dict[str, Any]) -> None:
+        """Append one update's row to train.jsonl (fsynced)."""
+        append_jsonl(self.log_path, row)
+
+    def rewind(self, updates: int) -> None:
+        """Keep only rows of updates < `updates`: a resumed recipe re-logs what followed its checkpoint."""
+        if not self.log_path.exists():
+            return
+        from esbench.records import atomic_write_text
+
+        lines = self.log_path.read_text().splitlines()
+        kept = [ln for ln in lines if ln.strip() and json.loads(ln).get("update", -1) < updates]
+        if len(kept) != len(lines):
+            atomic_write_text(self.log_path, "".join(ln + "\n" for ln in kept))
 
 
 @dataclass
@@ -54,6 +71,18 @@ class Method:
 
     def train(self, model, tokenizer, train_data, reward, budget: int, config: BaseModel, ctx: TrainContext):
         raise NotImplementedError
+
+
+def resolve_budget(budget: int | str, train_size: int, config: BaseModel) -> int:
+    """Updates for a suite budget: an int is a count of updates; 'Xep' is X epochs of the train set, which needs
+    the method's `batch_size` (prompts per update)."""
+    if isinstance(budget, int):
+        return budget
+    epochs = float(budget.removesuffix("ep"))
+    batch = getattr(config, "batch_size", None)
+    if batch is None:
+        raise ValueError(f"budget {budget!r} is in epochs but the method has no batch_size")
+    return max(1, math.ceil(epochs * train_size / batch))
 
 
 class _Registry:

@@ -23,6 +23,7 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,10 +47,19 @@ RECIPE: dict[str, Any] = {
     "data": {
         "mix": {"arith": 0.6, "reverse": 0.2, "max": 0.2},
         "noise_rate": 0.3,
+        "sign_slip_rate": 0.97,
         "noise_offsets": [-10, -2, -1, 1, 2, 10],
     },
-    "train": {"steps": 800, "batch_size": 32, "lr": 3e-3, "warmup": 40, "weight_decay": 0.01, "seed": 0},
-    "threads": 1,
+    "train": {
+        "steps": 1000,
+        "batch_size": 32,
+        "lr": 2e-3,
+        "betas": [0.9, 0.999],
+        "warmup": 100,
+        "weight_decay": 0.01,
+        "seed": 0,
+    },
+    "threads": 2,
 }
 
 # Characters the synthetic families and their solutions can contain.
@@ -92,24 +102,33 @@ def build_tokenizer(model_max_length: int):
     )
 
 
-def solve(question: str, bad_step: int | None = None, offset: int = 0) -> str:
-    """Worked solution of an `arith` question; `bad_step` gets its result shifted by `offset`, and the error
-    propagates through the later steps to the final answer, as a careless human's would."""
+def solve(question: str, bad_step: int | None = None, offset: int = 0, slip: Callable[[], bool] | None = None) -> str:
+    """A student's worked solution of an `arith` question.
+
+    `bad_step` gets its result shifted by `offset` (a careless slip); `slip()` is asked at every step whose
+    result is negative and, when it says so, the minus sign is dropped (a systematic misconception). Either error
+    propagates through the later steps to the final answer.
+    """
     expr = question.removeprefix("Q ").removesuffix("=?")
     terms = re.findall(r"[+-]?\d+", expr)
     value, lines = int(terms[0]), []
     for i, term in enumerate(terms[1:]):
         new = value + int(term) + (offset if i == bad_step else 0)
+        if new < 0 and slip is not None and slip():
+            new = -new
         lines.append(f"{value}{term[0]}{term[1:]}={new}")
         value = new
     return "\n".join(lines) + f"\n#### {value}"
 
 
 def training_text(row: dict[str, str], rng: random.Random, data: dict[str, Any]) -> str:
-    if row["solution"] and rng.random() < data["noise_rate"]:
-        n_steps = row["solution"].count("\n") + 1
-        return solve(row["question"], rng.randrange(n_steps), rng.choice(data["noise_offsets"]))
-    return synthetic.target(row)
+    """Pre-training target: arithmetic solutions come from an imperfect student (see `solve`)."""
+    if not row["solution"]:
+        return synthetic.target(row)
+    n_steps = row["solution"].count("\n") + 1
+    bad = rng.randrange(n_steps) if rng.random() < data["noise_rate"] else None
+    offset = rng.choice(data["noise_offsets"]) if bad is not None else 0
+    return solve(row["question"], bad, offset, slip=lambda: rng.random() < data["sign_slip_rate"])
 
 
 def _batches(recipe: dict[str, Any], tokenizer, rng: random.Random):
@@ -163,7 +182,9 @@ def pretrain(recipe: dict[str, Any]):
             **recipe["model"],
         )
         model = LlamaForCausalLM(config)
-        opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
+        opt = torch.optim.AdamW(
+            model.parameters(), lr=cfg["lr"], betas=tuple(cfg["betas"]), weight_decay=cfg["weight_decay"]
+        )
         batches = _batches(recipe, tokenizer, random.Random(cfg["seed"]))
         start, losses = time.perf_counter(), []
         model.train()
@@ -177,6 +198,8 @@ def pretrain(recipe: dict[str, Any]):
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             losses.append(loss.item())
+            if step % 100 == 99:
+                log.info("tiny model pre-training step %d loss %.4f", step + 1, sum(losses[-100:]) / 100)
         model.eval()
         stats = {
             "seconds": round(time.perf_counter() - start, 1),

@@ -1,0 +1,152 @@
+"""In-place ES weight edits: seed-regenerated noise, exact restore, fp32 update accumulation.
+
+Follows the ES-for-LLMs scheme of Qiu et al. (arXiv 2509.24372, "Evolution Strategies at Scale") and the paper
+this project grew from (arXiv 2608.27351, artifact yunpengba7/understanding-es): a population member is a seed,
+its noise is regenerated per tensor from (seed XOR blake2b(tensor name)) in fp32, and the update is
+θ += α/N · Σ zᵢ εᵢ with 1/σ folded into α.
+
+It departs from their code in one deliberate way (ADR 0005): public code restores a perturbation by subtracting
+the same noise in bf16, which leaves a residual and rounds small updates away. Here, `fp32-master` keeps an fp32
+master copy: a perturbation writes master + σε into the compute weights, a restore copies the master back (bit
+exact), and the update is accumulated in fp32 on the master before the compute weights are refreshed.
+`paper-bf16` reproduces the public behaviour on demand so its artefacts can be measured.
+
+The editor works on any mapping of named tensors, so an HF model, a vLLM worker's model, or a toy parameter
+dict in a test all go through the same code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from typing import Literal
+
+import torch
+
+Precision = Literal["fp32-master", "paper-bf16"]
+_MASK63 = (1 << 63) - 1
+
+
+def name_key(name: str) -> int:
+    """A stable 63-bit key for a tensor name (blake2b, as the paper's artifact does)."""
+    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little") & _MASK63
+
+
+def noise(seed: int, name: str, shape: torch.Size, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Standard-normal fp32 noise for one tensor of one member; independent across tensors and seeds."""
+    gen = torch.Generator(device=device).manual_seed((seed ^ name_key(name)) & _MASK63)
+    return torch.randn(shape, generator=gen, dtype=torch.float32, device=device)
+
+
+def member_seed(run_seed: int, step: int, index: int) -> int:
+    """The seed of population member `index` at update `step` of a run: stable, platform independent."""
+    blob = f"esbench-es:{run_seed}:{step}:{index}".encode()
+    return int.from_bytes(hashlib.blake2b(blob, digest_size=8).digest(), "little") & _MASK63
+
+
+class WeightEditor:
+    """Perturb / restore / update a set of named tensors in place, in one of two precision modes."""
+
+    def __init__(self, params: Mapping[str, torch.Tensor], precision: Precision = "fp32-master"):
+        self.params = dict(params)
+        self.precision = precision
+        self.master: dict[str, torch.Tensor] | None = None
+        if precision == "fp32-master":
+            self.master = {n: p.detach().to(torch.float32).clone() for n, p in self.params.items()}
+        elif precision != "paper-bf16":
+            raise ValueError(f"unknown precision {precision!r}")
+        self._active: tuple[int, float] | None = None
+
+    @classmethod
+    def for_model(cls, model: torch.nn.Module, precision: Precision = "fp32-master") -> WeightEditor:
+        """All trainable tensors of a model, de-duplicated (tied embeddings are one tensor, one noise draw)."""
+        seen: set[int] = set()
+        params = {}
+        for name, p in model.named_parameters():
+            if p.requires_grad and id(p) not in seen:
+                seen.add(id(p))
+                params[name] = p.data
+        return cls(params, precision)
+
+    def numel(self) -> int:
+        return sum(p.numel() for p in self.params.values())
+
+    @torch.no_grad()
+    def perturb(self, seed: int, sigma: float, sign: float = 1.0) -> None:
+        """θ ← θ + sign·σ·ε(seed). One perturbation may be active at a time."""
+        if self._active is not None:
+            raise RuntimeError("perturb() called twice without restore()")
+        for name, p in self.params.items():
+            eps = noise(seed, name, p.shape, p.device)
+            if self.master is not None:
+                p.copy_(self.master[name] + (sign * sigma) * eps)
+            else:  # public code: add the noise in the compute dtype
+                p.add_(((sign * sigma) * eps).to(p.dtype))
+        self._active = (seed, sign * sigma)
+
+    @torch.no_grad()
+    def restore(self) -> None:
+        """Undo the active perturbation: an exact copy from the master, or (paper-bf16) a bf16 subtraction."""
+        if self._active is None:
+            raise RuntimeError("restore() without an active perturbation")
+        seed, scale = self._active
+        for name, p in self.params.items():
+            if self.master is not None:
+                p.copy_(self.master[name])
+            else:
+                p.sub_((scale * noise(seed, name, p.shape, p.device)).to(p.dtype))
+        self._active = None
+
+    @torch.no_grad()
+    def update(
+        self,
+        seeds: Iterable[int],
+        coeffs: Iterable[float],
+        decay: float = 0.0,
+        anchor: Mapping[str, torch.Tensor] | None = None,
+    ) -> dict[str, float]:
+        """θ ← θ + Σ cᵢ εᵢ (cᵢ = α/N · zᵢ, the caller's convention), then weight decay.
+
+        `decay` shrinks θ (or θ − θ₀ when `anchor` is given) by a factor (1 − decay). Returns the realised update's
+        L2 norm on the compute weights and the fraction of compute coordinates that changed at all.
+        """
+        if self._active is not None:
+            raise RuntimeError("update() during an active perturbation")
+        seeds, coeffs = list(seeds), list(coeffs)
+        sq, changed, total = 0.0, 0, 0
+        for name, p in self.params.items():
+            before = p.detach().to(torch.float32).clone()
+            if self.master is not None:
+                delta = torch.zeros_like(self.master[name])
+                for s, c in zip(seeds, coeffs, strict=True):
+                    delta.add_(noise(s, name, p.shape, p.device), alpha=c)
+                m = self.master[name]
+                m.add_(delta)
+                if decay:
+                    base = anchor[name].to(torch.float32) if anchor is not None else 0.0
+                    m.sub_((m - base) * decay)
+                p.copy_(m)
+            else:  # public code: apply each member's scaled noise to the bf16 weights, one at a time
+                for s, c in zip(seeds, coeffs, strict=True):
+                    p.add_((c * noise(s, name, p.shape, p.device)).to(p.dtype))
+                if decay:
+                    base = anchor[name].to(p.dtype) if anchor is not None else 0.0
+                    p.sub_(((p - base) * decay).to(p.dtype))
+            diff = p.detach().to(torch.float32) - before
+            sq += float(diff.pow(2).sum())
+            changed += int((diff != 0).sum())
+            total += diff.numel()
+        return {"update_norm": sq**0.5, "changed_fraction": changed / max(total, 1)}
+
+    def master_state(self) -> dict[str, torch.Tensor]:
+        """What a checkpoint must hold to resume exactly: the fp32 master, else the compute weights."""
+        if self.master is not None:
+            return {n: t.clone() for n, t in self.master.items()}
+        return {n: p.detach().clone() for n, p in self.params.items()}
+
+    @torch.no_grad()
+    def load_master_state(self, state: Mapping[str, torch.Tensor]) -> None:
+        for name, p in self.params.items():
+            if self.master is not None:
+                self.master[name].copy_(state[name])
+            p.copy_(state[name].to(p.dtype))

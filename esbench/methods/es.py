@@ -1,0 +1,233 @@
+"""`es`: Evolution Strategies for LLM post-training, exact and seed-regenerated.
+
+Paper: arXiv 2608.27351 ("Understanding Evolution Strategies for LLM Reasoning"), following Qiu et al.
+(arXiv 2509.24372, "Evolution Strategies at Scale"); reference implementation: the authors' artifact
+yunpengba7/understanding-es. Shape: evosax's ask/tell, where a population member is a seed, not a tensor.
+
+One update, top to bottom:
+1. draw the next `batch_size` prompts (epoch semantics: a seeded permutation per epoch);
+2. ask: N member seeds (N/2 seeds with ± signs when antithetic);
+3. for each member: perturb θ ← θ + σ·ε(seed) in place, roll out the prompts (greedy by default), score them with
+   the task's verifier reward (1 correct, 0.1 formatted but wrong, 0 otherwise), restore θ;
+4. tell: shape the rewards (z-score with ddof 0 and eps 1e-8; or centred ranks; optionally per prompt) and apply
+   θ ← θ + α/N · Σ zᵢ εᵢ. Convention: 1/σ is folded into α, as in the paper, so α is the step on the noise.
+5. optional weight decay, toward zero or anchored to θ₀; log; checkpoint every `checkpoint_every` updates.
+
+Precision (see `esbench.es.weights`): `fp32-master` restores bit-exactly from an fp32 master and accumulates the
+update in fp32; `paper-bf16` casts the model to bf16 and subtracts noise to restore, as public code does, and logs
+the residual drift that leaves. No gradients and no optimizer state are kept.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from esbench.backends.hf import HFBackend
+from esbench.es.weights import WeightEditor, member_seed
+from esbench.methods import Method, TrainContext, TrainResult
+from esbench.records import atomic_write_json
+
+
+class ESConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    population: int = Field(30, ge=2, description="N members per update (Qiu et al.: 30).")
+    sigma: float = Field(1e-3, gt=0, description="Perturbation scale σ.")
+    alpha: float = Field(5e-4, gt=0, description="Step size α with 1/σ folded in: θ += α/N · Σ zᵢεᵢ.")
+    batch_size: int = Field(32, gt=0, description="Prompts per update, shared by the whole population.")
+    antithetic: bool = Field(False, description="Mirrored pairs (+ε, −ε); population must be even.")
+    centered_ranks: bool = Field(False, description="Centred-rank fitness shaping instead of z-scores.")
+    group_by_prompt: bool = Field(False, description="Shape rewards per prompt across members, then average.")
+    weight_decay: float = Field(0.0, ge=0, lt=1, description="Per-update shrink factor of θ (or θ−θ₀).")
+    decay_anchor: Literal["zero", "init"] = Field("zero", description="Decay toward 0 or toward θ₀.")
+    temperature: float = Field(0.0, ge=0, description="Rollout temperature; 0 = greedy (paper, easy setting).")
+    max_new_tokens: int = Field(64, gt=0, description="Rollout length limit.")
+    common_sampling_seed: bool = Field(
+        True,
+        description="With temperature > 0, all members sample with one seed per update (common random numbers), "
+        "so reward differences reflect the perturbation, not sampling luck (paper Table 13).",
+    )
+    reward_correct: float = Field(1.0, description="Reward for a correct answer.")
+    reward_format: float = Field(0.1, description="Reward for an extracted but wrong answer.")
+    precision: Literal["fp32-master", "paper-bf16"] = Field("fp32-master", description="See module docstring.")
+    checkpoint_every: int = Field(10, gt=0, description="Save master weights, sampler and step every k updates.")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# ask / tell
+
+
+def ask(cfg: ESConfig, run_seed: int, step: int) -> list[tuple[int, float]]:
+    """The population at `step` as (seed, sign) pairs; pure function of (run seed, step)."""
+    if cfg.antithetic:
+        seeds = [member_seed(run_seed, step, i) for i in range(cfg.population // 2)]
+        return [(s, sign) for s in seeds for sign in (1.0, -1.0)]
+    return [(member_seed(run_seed, step, i), 1.0) for i in range(cfg.population)]
+
+
+def zscore(x: np.ndarray) -> np.ndarray:
+    return (x - x.mean()) / (x.std(ddof=0) + 1e-8)
+
+
+def centered_ranks(x: np.ndarray) -> np.ndarray:
+    """Ranks scaled to [−0.5, 0.5] (Salimans et al. 2017), ties broken by position."""
+    ranks = np.empty(len(x))
+    ranks[np.argsort(x, kind="stable")] = np.arange(len(x))
+    return ranks / max(len(x) - 1, 1) - 0.5
+
+
+def shape(cfg: ESConfig, rewards: np.ndarray) -> np.ndarray:
+    """Fitness per member from the [members, prompts] reward matrix."""
+    f = centered_ranks if cfg.centered_ranks else zscore
+    if cfg.group_by_prompt:
+        return np.stack([f(rewards[:, j]) for j in range(rewards.shape[1])], axis=1).mean(axis=1)
+    return f(rewards.mean(axis=1))
+
+
+def tell(cfg: ESConfig, members: list[tuple[int, float]], rewards: np.ndarray) -> tuple[list[int], list[float]]:
+    """Per-seed update coefficients α/N · Σ (sign · z) so that θ += Σ cᵢ εᵢ(seedᵢ)."""
+    z = shape(cfg, rewards)
+    coeffs: dict[int, float] = {}
+    for (seed, sign), zi in zip(members, z, strict=True):
+        coeffs[seed] = coeffs.get(seed, 0.0) + cfg.alpha / cfg.population * sign * float(zi)
+    return list(coeffs), list(coeffs.values())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# data order
+
+
+class EpochSampler:
+    """Batches over a fixed train set in a fresh seeded permutation each epoch; state is (epoch, position)."""
+
+    def __init__(self, size: int, seed: int, epoch: int = 0, pos: int = 0):
+        self.size, self.seed, self.epoch, self.pos = size, seed, epoch, pos
+
+    def _order(self) -> list[int]:
+        order = list(range(self.size))
+        random.Random(f"esbench-sampler:{self.seed}:{self.epoch}").shuffle(order)
+        return order
+
+    def next_batch(self, batch_size: int) -> list[int]:
+        out: list[int] = []
+        while len(out) < batch_size:
+            order = self._order()
+            take = order[self.pos : self.pos + batch_size - len(out)]
+            out += take
+            self.pos += len(take)
+            if self.pos >= self.size:
+                self.epoch, self.pos = self.epoch + 1, 0
+        return out
+
+    def state(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "pos": self.pos}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# checkpoints
+
+
+def save_checkpoint(path: Path, editor: WeightEditor, step: int, sampler: EpochSampler, counters: dict) -> None:
+    """Master weights + sampler + step, written to a temp folder and renamed: a kill never leaves half of one."""
+    from safetensors.torch import save_file
+
+    tmp = path.with_name(path.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    save_file(editor.master_state(), str(tmp / "master.safetensors"))
+    atomic_write_json(tmp / "state.json", {"step": step, "sampler": sampler.state(), "counters": counters})
+    old = path.with_name(path.name + ".old")
+    if path.exists():
+        path.rename(old)
+    tmp.rename(path)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def load_checkpoint(path: Path, editor: WeightEditor) -> dict | None:
+    from safetensors.torch import load_file
+
+    for candidate in (path, path.with_name(path.name + ".old")):  # .old survives a kill between the renames
+        if (candidate / "state.json").exists():
+            editor.load_master_state(load_file(str(candidate / "master.safetensors")))
+            return json.loads((candidate / "state.json").read_text())
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the recipe
+
+
+class ES(Method):
+    Config = ESConfig
+
+    def train(self, model, tokenizer, train_data, reward, budget, config: ESConfig, ctx: TrainContext):
+        cfg = config
+        if cfg.antithetic and cfg.population % 2:
+            raise ValueError("antithetic ES needs an even population")
+        reward = reward.with_values(cfg.reward_correct, cfg.reward_format)
+        if cfg.precision == "paper-bf16":
+            model.to(torch.bfloat16)
+        backend = HFBackend(model, tokenizer)
+        editor = backend.weight_editor(cfg.precision)
+        anchor = editor.master_state() if cfg.weight_decay and cfg.decay_anchor == "init" else None
+        sampler = EpochSampler(len(train_data), ctx.seed)
+        ckpt = ctx.workdir / "es"
+        start, counters = 0, {"rollouts": 0, "generated_tokens": 0}
+        state = load_checkpoint(ckpt, editor)
+        if state is not None:
+            start, counters = state["step"], state["counters"]
+            sampler = EpochSampler(len(train_data), ctx.seed, **state["sampler"])
+        ctx.rewind(start)  # drop log lines written after the checkpoint we resume from
+        for step in range(start, budget):
+            batch = [train_data[i] for i in sampler.next_batch(cfg.batch_size)]
+            prompts = [ctx.prompt(row) for row in batch]
+            members = ask(cfg, ctx.seed, step)
+            before = editor.master_state() if cfg.precision == "paper-bf16" else None
+            rewards = np.zeros((len(members), len(batch)))
+            for i, (seed, sign) in enumerate(members):
+                editor.perturb(seed, cfg.sigma, sign)
+                gens = backend.generate(
+                    prompts,
+                    temperature=cfg.temperature,
+                    max_new_tokens=cfg.max_new_tokens,
+                    seed=None
+                    if cfg.temperature == 0
+                    else member_seed(ctx.seed, step, 0 if cfg.common_sampling_seed else i + 1) ^ 1,
+                )
+                editor.restore()
+                rewards[i] = [reward(g[0].text, row["answer"]) for g, row in zip(gens, batch, strict=True)]
+                counters["rollouts"] += len(batch)
+                counters["generated_tokens"] += sum(g[0].tokens for g in gens)
+            row = {
+                "update": step,
+                "reward_mean": float(rewards.mean()),
+                "reward_std": float(rewards.mean(axis=1).std(ddof=0)),
+                "reward_max_member": float(rewards.mean(axis=1).max()),
+            }
+            if before is not None:  # what the bf16 subtract-restores left behind, before this update
+                row["restore_residual_rms"] = _rms_diff(editor, before)
+            seeds, coeffs = tell(cfg, members, rewards)
+            row.update(editor.update(seeds, coeffs, cfg.weight_decay, anchor))
+            ctx.log(row)
+            if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == budget:
+                save_checkpoint(ckpt, editor, step + 1, sampler, counters)
+        if cfg.precision == "paper-bf16":
+            model.to(torch.float32)  # exact widening; evaluation sees the bf16 weights' values
+        return TrainResult(model=model, updates=budget, **counters)
+
+
+def _rms_diff(editor: WeightEditor, before: dict[str, torch.Tensor]) -> float:
+    sq = n = 0
+    for name, p in editor.params.items():
+        d = p.detach().to(torch.float32) - before[name].to(torch.float32)
+        sq += float(d.pow(2).sum())
+        n += d.numel()
+    return (sq / max(n, 1)) ** 0.5

@@ -1,0 +1,169 @@
+"""ES weight edits: bit-exact restores in fp32-master mode, the measured bf16 artefact, independent noise."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from esbench.es.weights import WeightEditor, member_seed, noise
+from esbench.methods.es import ESConfig, ask, centered_ranks, tell, zscore
+
+
+def params(dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "layer.weight": (torch.randn(64, 48, generator=g) * 0.05).to(dtype),
+        "norm.weight": (1 + 0.01 * torch.randn(48, generator=g)).to(dtype),  # values near 1.0, like LayerNorm
+        "bias": (torch.randn(48, generator=g) * 0.01).to(dtype),
+    }
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fp32_master_restore_is_bit_exact_after_many_cycles(dtype):
+    p = params(dtype)
+    original = {k: v.clone() for k, v in p.items()}
+    ed = WeightEditor(p, "fp32-master")
+    for i in range(200):
+        ed.perturb(member_seed(0, 0, i), sigma=3e-3, sign=1.0 if i % 2 else -1.0)
+        assert not torch.equal(p["layer.weight"], original["layer.weight"])
+        ed.restore()
+    for k in p:
+        assert torch.equal(p[k], original[k]), k
+
+
+def test_paper_bf16_restore_leaves_a_measurable_residual():
+    """Public code's subtract-restore in bf16 does not return to the starting weights."""
+    p = params(torch.bfloat16)
+    original = {k: v.to(torch.float32) for k, v in p.items()}
+    ed = WeightEditor(p, "paper-bf16")
+    for i in range(30):
+        ed.perturb(member_seed(0, 0, i), sigma=1e-3)
+        ed.restore()
+    diffs = torch.cat([(p[k].to(torch.float32) - original[k]).flatten() for k in p])
+    rms = float(diffs.pow(2).mean().sqrt())
+    changed = float((diffs != 0).float().mean())
+    assert rms > 1e-6 and changed > 0.05, (rms, changed)
+    # the residual concentrates on the large-magnitude (norm ~1.0) weights, where the bf16 step is coarsest
+    norm_rms = float((p["norm.weight"].float() - original["norm.weight"]).pow(2).mean().sqrt())
+    assert norm_rms > rms
+
+
+def test_bf16_update_rounds_small_coordinates_away_but_master_keeps_them():
+    exact, lossy = params(torch.bfloat16), params(torch.bfloat16)
+    ed_exact, ed_lossy = WeightEditor(exact, "fp32-master"), WeightEditor(lossy, "paper-bf16")
+    seeds = [member_seed(1, 0, i) for i in range(8)]
+    coeffs = [1e-5 * (i - 3.5) for i in range(8)]
+    ed_exact.update(seeds, coeffs)
+    stats = ed_lossy.update(seeds, coeffs)
+    assert stats["changed_fraction"] < 0.9, "tiny bf16 updates round to zero on many coordinates"
+    master = ed_exact.master["norm.weight"]
+    assert not torch.equal(master, params(torch.bfloat16)["norm.weight"].float()), "fp32 master keeps the update"
+
+
+def test_update_applies_alpha_over_n_sum_z_eps_in_fp32():
+    p = params()
+    start = {k: v.clone() for k, v in p.items()}
+    ed = WeightEditor(p, "fp32-master")
+    seeds, coeffs = [11, 22, 33], [0.1, -0.2, 0.05]
+    stats = ed.update(seeds, coeffs)
+    for k in p:
+        expected = start[k] + sum(c * noise(s, k, p[k].shape) for s, c in zip(seeds, coeffs, strict=True))
+        assert torch.allclose(p[k], expected, atol=1e-7)
+    total = torch.cat([(p[k] - start[k]).flatten() for k in p])
+    assert stats["update_norm"] == pytest.approx(float(total.norm()), rel=1e-5)
+    assert stats["changed_fraction"] == 1.0
+
+
+def test_weight_decay_anchored_to_init_pulls_back_toward_theta0():
+    p = params()
+    theta0 = {k: v.clone() for k, v in p.items()}
+    ed = WeightEditor(p, "fp32-master")
+    ed.update([5], [0.5])
+    moved = sum(float((p[k] - theta0[k]).norm()) for k in p)
+    ed.update([], [], decay=0.5, anchor=theta0)
+    assert sum(float((p[k] - theta0[k]).norm()) for k in p) == pytest.approx(moved / 2, rel=1e-5)
+
+
+def test_noise_is_independent_across_tensors_and_members_and_fp32():
+    a = noise(7, "a", torch.Size([1000]))
+    b = noise(7, "b", torch.Size([1000]))
+    c = noise(8, "a", torch.Size([1000]))
+    assert a.dtype == torch.float32
+    assert torch.equal(a, noise(7, "a", torch.Size([1000]))), "regenerated from the seed"
+    assert abs(float(torch.corrcoef(torch.stack([a, b]))[0, 1])) < 0.1
+    assert abs(float(torch.corrcoef(torch.stack([a, c]))[0, 1])) < 0.1
+
+
+def test_perturb_restore_misuse_is_an_error():
+    ed = WeightEditor(params(), "fp32-master")
+    with pytest.raises(RuntimeError):
+        ed.restore()
+    ed.perturb(1, 1e-3)
+    with pytest.raises(RuntimeError):
+        ed.perturb(2, 1e-3)
+    with pytest.raises(RuntimeError):
+        ed.update([1], [1.0])
+
+
+# ---- the estimator -----------------------------------------------------------------------------------------------
+
+
+def es_gradient(theta0: np.ndarray, f, n: int, sigma: float, antithetic: bool = False) -> np.ndarray:
+    """Run one ask/tell step on a toy objective through the real editor and return the update direction."""
+    cfg = ESConfig(population=n, sigma=sigma, alpha=1.0, antithetic=antithetic)
+    p = {"theta": torch.tensor(theta0, dtype=torch.float32)}
+    ed = WeightEditor(p, "fp32-master")
+    members = ask(cfg, run_seed=3, step=0)
+    rewards = []
+    for seed, sign in members:
+        ed.perturb(seed, sigma, sign)
+        rewards.append([f(p["theta"].numpy().astype(np.float64))])
+        ed.restore()
+    seeds, coeffs = tell(cfg, members, np.array(rewards))
+    before = p["theta"].clone()
+    ed.update(seeds, coeffs)
+    return (p["theta"] - before).numpy()
+
+
+@pytest.mark.parametrize("antithetic", [False, True])
+def test_update_aligns_with_true_gradient_for_large_population(antithetic):
+    rng = np.random.default_rng(0)
+    target = rng.normal(size=20)
+    theta0 = rng.normal(size=20)
+
+    def f(x):  # smooth objective with known gradient 2 (target - x)
+        return -float(np.sum((x - target) ** 2))
+
+    step = es_gradient(theta0, f, n=4000, sigma=1e-2, antithetic=antithetic)
+    grad = 2 * (target - theta0)
+    cos = float(step @ grad / (np.linalg.norm(step) * np.linalg.norm(grad)))
+    assert cos > 0.9, cos
+
+
+def test_update_is_invariant_to_affine_reward_rescaling():
+    cfg = ESConfig(population=16, sigma=1e-2, alpha=1e-3)
+    members = ask(cfg, 0, 0)
+    r = np.random.default_rng(1).random((16, 4))
+    _, c1 = tell(cfg, members, r)
+    _, c2 = tell(cfg, members, 7.5 * r - 3.0)
+    assert np.allclose(c1, c2, atol=1e-9)
+
+
+def test_fitness_shaping_options():
+    x = np.array([0.0, 1.0, 1.0, 3.0])
+    z = zscore(x)
+    assert z.mean() == pytest.approx(0) and z.std(ddof=0) == pytest.approx(1, rel=1e-6)
+    assert np.allclose(zscore(np.ones(4)), 0), "equal rewards give no update (eps avoids 0/0)"
+    assert list(centered_ranks(np.array([3.0, 1.0, 2.0]))) == [0.5, -0.5, 0.0]
+    grouped = ESConfig(population=2, group_by_prompt=True)
+    # prompt 0 favours member 0, prompt 1 favours member 1 equally: per-prompt shaping cancels out
+    assert np.allclose(tell(grouped, ask(grouped, 0, 0), np.array([[1.0, 0.0], [0.0, 1.0]]))[1], 0)
+
+
+def test_antithetic_pairs_share_a_seed_with_opposite_signs():
+    cfg = ESConfig(population=6, antithetic=True)
+    members = ask(cfg, 0, 0)
+    assert [s for s, _ in members[::2]] == [s for s, _ in members[1::2]]
+    assert [sign for _, sign in members] == [1.0, -1.0] * 3
+    assert len({s for s, _ in members}) == 3

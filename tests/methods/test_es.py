@@ -1,0 +1,143 @@
+"""The `es` recipe on the real tiny model: it learns, it is deterministic, and a kill -9 resumes exactly."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from esbench.cli import main
+from esbench.spec import load_suite
+
+ES_SUITE = """\
+# esbench run {path}
+name: es-small
+models: {{tiny: {{path: builtin:tiny}}}}
+datasets: {{arith: {{task: tiny_arith, size: 64}}}}
+methods:
+  es: {{method: es, population: 4, sigma: 0.01, alpha: 0.005, batch_size: 8, max_new_tokens: 40,
+        checkpoint_every: 2}}
+budgets: [8]
+seeds: [0]
+eval: {{tasks: [tiny_arith], limit: 4, n: 2, k: [1, 2], temperature: 1.0, max_new_tokens: 40, greedy: false}}
+"""
+
+
+@pytest.fixture
+def es_suite(tmp_path, tiny_model_dir):
+    path = tmp_path / "es.yaml"
+    path.write_text(ES_SUITE.format(path=path))
+    return path
+
+
+def run_cli(suite, out, **kw):
+    return subprocess.Popen(
+        [sys.executable, "-m", "esbench.cli", "run", str(suite), "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        **kw,
+    )
+
+
+def only_record(out):
+    (rec,) = out.glob("es-small/*/record.json")
+    return json.loads(rec.read_text()), rec.parent
+
+
+def test_kill_minus_9_then_resume_gives_identical_weights_and_metrics(tmp_path, es_suite):
+    clean = tmp_path / "clean"
+    proc = run_cli(es_suite, clean)
+    assert proc.wait(timeout=600) == 0, proc.stdout.read()
+    ref, ref_dir = only_record(clean)
+    ref_log = (ref_dir / "train.jsonl").read_text().splitlines()
+    assert [json.loads(x)["update"] for x in ref_log] == list(range(8))
+    assert ref["budget_used"]["updates"] == 8 and ref["budget_used"]["rollouts"] == 8 * 4 * 8
+
+    killed = tmp_path / "killed"
+    proc = run_cli(es_suite, killed)
+    deadline = time.time() + 300
+    state = None
+    while time.time() < deadline:  # wait until a mid-run checkpoint exists, then kill without warning
+        states = list(killed.glob("es-small/*/work/es/state.json"))
+        if states and json.loads(states[0].read_text())["step"] >= 4:
+            state = states[0]
+            break
+        time.sleep(0.05)
+    assert state is not None, "no checkpoint appeared"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not list(killed.glob("es-small/*/record.json"))
+    plan = subprocess.run(
+        [sys.executable, "-m", "esbench.cli", "plan", str(es_suite), "--out", str(killed), "--json"],
+        capture_output=True,
+        text=True,
+    )
+    assert json.loads(plan.stdout)[0]["status"] == "partial"
+
+    proc = run_cli(es_suite, killed)
+    assert proc.wait(timeout=600) == 0, proc.stdout.read()
+    got, got_dir = only_record(killed)
+    assert got["provenance"]["final_weights_sha256"] == ref["provenance"]["final_weights_sha256"]
+    assert got["metrics"] == ref["metrics"]
+    assert got["budget_used"] == ref["budget_used"]
+    assert (got_dir / "train.jsonl").read_text().splitlines() == ref_log, "log rewound to the checkpoint"
+    assert not (got_dir / "work").exists(), "checkpoints are removed once the record is written"
+
+
+def test_same_seed_same_weights_and_training_moves_them(tmp_path, es_suite):
+    for out in ("a", "b"):
+        assert main(["run", str(es_suite), "--out", str(tmp_path / out)]) == 0
+    a, a_dir = only_record(tmp_path / "a")
+    b, _ = only_record(tmp_path / "b")
+    assert a["provenance"]["final_weights_sha256"] == b["provenance"]["final_weights_sha256"]
+    assert a["provenance"]["final_weights_sha256"] != a["provenance"]["model"]["state_sha256"]
+    rows = [json.loads(x) for x in (a_dir / "train.jsonl").read_text().splitlines()]
+    for row in rows:
+        assert {"reward_mean", "reward_std", "update_norm", "changed_fraction"} <= set(row)
+        assert row["changed_fraction"] == 1.0, "fp32 compute weights: every coordinate moves"
+        assert "restore_residual_rms" not in row
+
+
+def test_paper_bf16_mode_logs_restore_residual(tmp_path, es_suite):
+    es_suite.write_text(
+        es_suite.read_text()
+        .replace("checkpoint_every: 2", "checkpoint_every: 2, precision: paper-bf16")
+        .replace("budgets: [8]", "budgets: [2]")
+    )
+    assert main(["run", str(es_suite), "--out", str(tmp_path / "o")]) == 0
+    _, d = only_record(tmp_path / "o")
+    rows = [json.loads(x) for x in (d / "train.jsonl").read_text().splitlines()]
+    assert all(r["restore_residual_rms"] > 0 for r in rows), rows
+    assert all(r["changed_fraction"] < 1.0 for r in rows), "bf16 rounds part of each update away"
+
+
+def test_es_learns_on_the_tiny_suite(repo, tiny_model_dir, tmp_path):
+    """With the tiny suite's own ES settings and seed, late training reward beats early training reward."""
+    import numpy as np
+
+    from esbench.methods import TrainContext, registry
+    from esbench.models import load_model
+    from esbench.runner import Reward
+    from esbench.tasks import get_task
+
+    suite = load_suite(repo / "suites" / "tiny.yaml")
+    (cell,) = [c for c in suite.cells() if c.spec["method"]["kind"] == "es"]
+    spec = cell.spec
+    cls = registry.get("es")
+    cfg = cls.Config.model_validate(spec["method"]["config"])
+    task = get_task(spec["dataset"]["task"])
+    loaded = load_model("builtin:tiny")
+    ctx = TrainContext(seed=spec["seed"], workdir=tmp_path, log_path=tmp_path / "train.jsonl", prompt=task.prompt)
+    train_rows = task.rows("train", spec["dataset"]["size"])
+    cls().train(loaded.model, loaded.tokenizer, train_rows, Reward(task), spec["budget"], cfg, ctx)
+    rewards = np.array([json.loads(x)["reward_mean"] for x in ctx.log_path.read_text().splitlines()])
+    assert len(rewards) == spec["budget"]
+    w = len(rewards) // 4
+    assert rewards[-w:].mean() > rewards[:w].mean(), rewards
