@@ -84,6 +84,7 @@ def _setup_logging(log_file: Path) -> None:
     root = logging.getLogger()
     for h in list(root.handlers):
         root.removeHandler(h)
+        h.close()
     root.addHandler(handler)
     root.setLevel(logging.INFO)
     logging.captureWarnings(True)

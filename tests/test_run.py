@@ -109,8 +109,8 @@ def test_failed_cell_exits_nonzero_naming_it(tmp_path, small_suite, capsys, monk
     monkeypatch.setattr(esbench.evaluation, "evaluate", boom)
     out = tmp_path / "runs"
     assert main(["run", str(small_suite), "--out", str(out)]) == 1
-    text = capsys.readouterr().out
-    assert "failed" in text and "simulated evaluation failure" in text
+    text = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
+    assert "cell" in text and "failed: RuntimeError: simulated evaluation failure" in text
     (cell_dir,) = [d for d in (out / "small").iterdir() if d.is_dir()]
     assert not (cell_dir / "record.json").exists() and (cell_dir / "error.log").exists()
 

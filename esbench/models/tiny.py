@@ -46,7 +46,12 @@ RECIPE: dict[str, Any] = {
     },
     "data": {
         "mix": {"arith": 0.6, "reverse": 0.2, "max": 0.2},
-        "noise_rate": 0.3,
+        "noise_rate": 0.2,
+        # A negative step result loses its minus sign: small negatives (>= -small_negative) 60 % of the time, so
+        # the right answer is within reach of a small nudge (what ES with greedy roll-outs can find); larger ones
+        # 97 % of the time, so the right answer is rare (the Pass@k headroom the paper's comparisons need).
+        "sign_slip_rate_small": 0.6,
+        "small_negative": 4,
         "sign_slip_rate": 0.97,
         "noise_offsets": [-10, -2, -1, 1, 2, 10],
     },
@@ -105,7 +110,7 @@ def build_tokenizer(model_max_length: int):
 def solve(question: str, bad_step: int | None = None, offset: int = 0, slip: Callable[[], bool] | None = None) -> str:
     """A student's worked solution of an `arith` question.
 
-    `bad_step` gets its result shifted by `offset` (a careless slip); `slip()` is asked at every step whose
+    `bad_step` gets its result shifted by `offset` (a careless slip); `slip(result)` is asked at every step whose
     result is negative and, when it says so, the minus sign is dropped (a systematic misconception). Either error
     propagates through the later steps to the final answer.
     """
@@ -114,7 +119,7 @@ def solve(question: str, bad_step: int | None = None, offset: int = 0, slip: Cal
     value, lines = int(terms[0]), []
     for i, term in enumerate(terms[1:]):
         new = value + int(term) + (offset if i == bad_step else 0)
-        if new < 0 and slip is not None and slip():
+        if new < 0 and slip is not None and slip(new):
             new = -new
         lines.append(f"{value}{term[0]}{term[1:]}={new}")
         value = new
@@ -128,7 +133,12 @@ def training_text(row: dict[str, str], rng: random.Random, data: dict[str, Any])
     n_steps = row["solution"].count("\n") + 1
     bad = rng.randrange(n_steps) if rng.random() < data["noise_rate"] else None
     offset = rng.choice(data["noise_offsets"]) if bad is not None else 0
-    return solve(row["question"], bad, offset, slip=lambda: rng.random() < data["sign_slip_rate"])
+
+    def slip(value: int) -> bool:
+        small = -value <= data["small_negative"]
+        return rng.random() < data["sign_slip_rate_small" if small else "sign_slip_rate"]
+
+    return solve(row["question"], bad, offset, slip=slip)
 
 
 def _batches(recipe: dict[str, Any], tokenizer, rng: random.Random):

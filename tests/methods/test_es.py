@@ -22,7 +22,7 @@ datasets: {{arith: {{task: tiny_arith, size: 64}}}}
 methods:
   es: {{method: es, population: 4, sigma: 0.01, alpha: 0.005, batch_size: 8, max_new_tokens: 40,
         checkpoint_every: 2}}
-budgets: [8]
+budgets: [12]
 seeds: [0]
 eval: {{tasks: [tiny_arith], limit: 4, n: 2, k: [1, 2], temperature: 1.0, max_new_tokens: 40, greedy: false}}
 """
@@ -57,8 +57,8 @@ def test_kill_minus_9_then_resume_gives_identical_weights_and_metrics(tmp_path, 
     assert proc.wait(timeout=600) == 0, proc.stdout.read()
     ref, ref_dir = only_record(clean)
     ref_log = (ref_dir / "train.jsonl").read_text().splitlines()
-    assert [json.loads(x)["update"] for x in ref_log] == list(range(8))
-    assert ref["budget_used"]["updates"] == 8 and ref["budget_used"]["rollouts"] == 8 * 4 * 8
+    assert [json.loads(x)["update"] for x in ref_log] == list(range(12))
+    assert ref["budget_used"]["updates"] == 12 and ref["budget_used"]["rollouts"] == 12 * 4 * 8
 
     killed = tmp_path / "killed"
     proc = run_cli(es_suite, killed)
@@ -101,7 +101,7 @@ def test_same_seed_same_weights_and_training_moves_them(tmp_path, es_suite):
     rows = [json.loads(x) for x in (a_dir / "train.jsonl").read_text().splitlines()]
     for row in rows:
         assert {"reward_mean", "reward_std", "update_norm", "changed_fraction"} <= set(row)
-        assert row["changed_fraction"] == 1.0, "fp32 compute weights: every coordinate moves"
+        assert row["changed_fraction"] > 0.999, "fp32 compute weights: (nearly) every coordinate moves"
         assert "restore_residual_rms" not in row
 
 
@@ -109,7 +109,7 @@ def test_paper_bf16_mode_logs_restore_residual(tmp_path, es_suite):
     es_suite.write_text(
         es_suite.read_text()
         .replace("checkpoint_every: 2", "checkpoint_every: 2, precision: paper-bf16")
-        .replace("budgets: [8]", "budgets: [2]")
+        .replace("budgets: [12]", "budgets: [2]")
     )
     assert main(["run", str(es_suite), "--out", str(tmp_path / "o")]) == 0
     _, d = only_record(tmp_path / "o")

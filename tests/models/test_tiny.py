@@ -25,7 +25,7 @@ def test_student_solutions_propagate_their_errors():
     assert tiny.solve("Q 12+7-3=?") == "12+7=19\n19-3=16\n#### 16"
     assert tiny.solve("Q 12+7-3=?", bad_step=0, offset=-2) == "12+7=17\n17-3=14\n#### 14"
     assert tiny.solve("Q 2-5+1=?") == "2-5=-3\n-3+1=-2\n#### -2"
-    assert tiny.solve("Q 2-5+1=?", slip=lambda: True) == "2-5=3\n3+1=4\n#### 4", "sign slip on negatives only"
+    assert tiny.solve("Q 2-5+1=?", slip=lambda v: True) == "2-5=3\n3+1=4\n#### 4", "sign slip on negatives only"
 
 
 def test_build_is_deterministic_and_cached(tmp_path, monkeypatch):

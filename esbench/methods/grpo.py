@@ -1,0 +1,170 @@
+"""`grpo`: Group Relative Policy Optimization through TRL's `GRPOTrainer` (pinned trl 1.16).
+
+Paper: arXiv 2608.27351 compares ES against GRPO (Shao et al. 2024, DeepSeekMath) trained with the settings of its
+Table 14; esbench does not write a GRPO trainer, it maps those settings onto `trl.GRPOConfig` (ADR 0006).
+
+Table 14 -> GRPOConfig (easy setting; the hard setting adds the KL coefficient 0.001):
+
+| paper                          | esbench field           | GRPOConfig                                                     |
+|--------------------------------|-------------------------|----------------------------------------------------------------|
+| global batch 64 prompts        | `prompts_per_rollout`   | `generation_batch_size = prompts_per_rollout * num_generations` |
+| 8 responses per prompt         | `num_generations`       | `num_generations`                                              |
+| PPO minibatch 32 (prompts)     | `ppo_minibatch_prompts` | `gradient_accumulation_steps = minibatch * G / micro_batch`    |
+| microbatch 2 (sequences)       | `micro_batch`           | `per_device_train_batch_size`                                  |
+| lr 1.0e-6                      | `learning_rate`         | `learning_rate` (constant schedule, no warm-up)                |
+| T = 1.0                        | `temperature`           | `temperature` (top_p 1.0)                                      |
+| clip 0.2                       | `clip_epsilon`          | `epsilon` (and `epsilon_high` = same: symmetric clip)          |
+| KL coef 0.001 (hard)           | `kl_coef`               | `beta`                                                         |
+| response limit 2048 / 8192     | `max_completion_length` | `max_completion_length`                                        |
+| group-relative advantage       | `scale_rewards`         | `scale_rewards = "group"` (mean and std within each group)     |
+| one pass over each rollout     | -                       | `num_iterations = 1`                                           |
+
+Where TRL has no exact equivalent: the paper does not name its loss aggregation; esbench defaults to
+`loss_type: grpo` (per-sequence length normalisation, the original GRPO objective) and lets a suite choose
+TRL's others. One optimizer update = one PPO minibatch, so a 64-prompt rollout with minibatch 32 gives two
+updates, and the suite budget counts those updates (TRL's `max_steps`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from esbench.methods import Method, TrainContext, TrainResult
+
+
+class GRPOSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prompts_per_rollout: int = Field(64, gt=0, description="Prompts per generation batch (paper: 64).")
+    num_generations: int = Field(8, ge=2, description="Responses per prompt (paper: 8).")
+    ppo_minibatch_prompts: int = Field(32, gt=0, description="Prompts per optimizer update (paper: 32).")
+    micro_batch: int = Field(2, gt=0, description="Sequences per forward/backward pass (paper: 2).")
+    learning_rate: float = Field(1e-6, gt=0, description="AdamW learning rate, constant (paper: 1e-6).")
+    temperature: float = Field(1.0, gt=0, description="Rollout temperature (paper: 1.0).")
+    top_p: float = Field(1.0, gt=0, le=1, description="Rollout nucleus threshold.")
+    clip_epsilon: float = Field(0.2, gt=0, description="PPO clip range (paper: 0.2).")
+    kl_coef: float = Field(0.0, ge=0, description="KL penalty β against the reference (paper hard: 0.001).")
+    max_completion_length: int = Field(2048, gt=0, description="Response limit (paper: 2048 easy, 8192 hard).")
+    loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"] = Field("grpo", description="TRL loss aggregation.")
+    scale_rewards: Literal["group", "batch", "none"] = Field("group", description="Advantage normalisation.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
+    reward_correct: float = Field(1.0, description="Reward for a correct answer (same verifier as ES).")
+    reward_format: float = Field(0.1, description="Reward for an extracted but wrong answer.")
+    checkpoint_every: int = Field(10, gt=0, description="Trainer checkpoint every k updates (for resume).")
+
+
+def grpo_config(cfg: GRPOSettings, budget: int, output_dir: str, seed: int, use_cpu: bool):
+    """The `trl.GRPOConfig` for `cfg` (see the table in the module docstring)."""
+    from trl import GRPOConfig
+
+    g = cfg.num_generations
+    if (cfg.ppo_minibatch_prompts * g) % cfg.micro_batch:
+        raise ValueError("ppo_minibatch_prompts * num_generations must be divisible by micro_batch")
+    if cfg.prompts_per_rollout % cfg.ppo_minibatch_prompts:
+        raise ValueError("prompts_per_rollout must be a multiple of ppo_minibatch_prompts")
+    return GRPOConfig(
+        output_dir=output_dir,
+        max_steps=budget,
+        per_device_train_batch_size=cfg.micro_batch,
+        gradient_accumulation_steps=cfg.ppo_minibatch_prompts * g // cfg.micro_batch,
+        generation_batch_size=cfg.prompts_per_rollout * g,
+        num_generations=g,
+        num_iterations=1,
+        learning_rate=cfg.learning_rate,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=cfg.weight_decay,
+        max_grad_norm=cfg.max_grad_norm,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        epsilon=cfg.clip_epsilon,
+        epsilon_high=cfg.clip_epsilon,
+        beta=cfg.kl_coef,
+        max_completion_length=cfg.max_completion_length,
+        loss_type=cfg.loss_type,
+        scale_rewards=cfg.scale_rewards,
+        seed=seed,
+        data_seed=seed,
+        use_cpu=use_cpu,
+        bf16=False,
+        report_to="none",
+        logging_steps=1,
+        save_strategy="steps",
+        save_steps=cfg.checkpoint_every,
+        save_only_model=False,
+        disable_tqdm=True,
+        remove_unused_columns=False,
+    )
+
+
+class GRPO(Method):
+    Config = GRPOSettings
+
+    def train(self, model, tokenizer, train_data, reward, budget, config: GRPOSettings, ctx: TrainContext):
+        import datasets
+        import torch
+        from transformers import TrainerCallback
+        from transformers.trainer_utils import get_last_checkpoint
+        from trl import GRPOTrainer
+
+        reward = reward.with_values(config.reward_correct, config.reward_format)
+        rows = [{"prompt": ctx.prompt(r), "answer": r["answer"]} for r in train_data]
+        dataset = datasets.Dataset.from_list(rows)
+
+        def verifier_reward(prompts, completions, answer, **_):
+            return [reward(c, a) for c, a in zip(completions, answer, strict=True)]
+
+        out = ctx.workdir / "grpo"
+        last = get_last_checkpoint(str(out)) if out.exists() else None
+        start = int(last.rsplit("-", 1)[1]) if last else 0
+        ctx.rewind(start)
+        counters = {"rollouts": 0, "generated_tokens": 0}
+
+        class Log(TrainerCallback):
+            """One train.jsonl row per optimizer update, with the metrics the paper's analyses need."""
+
+            def on_log(self, args, state, control, logs=None, **kw):
+                if not logs or "reward" not in logs:
+                    return
+                row = {
+                    "update": state.global_step - 1,
+                    "reward_mean": logs["reward"],
+                    "reward_std": logs.get("reward_std"),
+                    "entropy": logs.get("entropy"),
+                    "kl": logs.get("kl"),
+                    "clip_ratio": logs.get("clip_ratio/region_mean"),
+                    "completion_length": logs.get("completions/mean_length"),
+                    "loss": logs.get("loss"),
+                    "learning_rate": logs.get("learning_rate"),
+                }
+                ctx.log(row)
+
+        args = grpo_config(config, budget, str(out), ctx.seed, use_cpu=not torch.cuda.is_available())
+        model.train()
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=verifier_reward,
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            callbacks=[Log()],
+        )
+        trainer.train(resume_from_checkpoint=last)
+        model.eval()
+        per_update = config.ppo_minibatch_prompts * config.num_generations
+        counters["rollouts"] = budget * per_update
+        counters["generated_tokens"] = int(
+            sum(r.get("completion_length") or 0 for r in _read(ctx.log_path)) * per_update
+        )
+        return TrainResult(model=trainer.model, updates=budget, **counters)
+
+
+def _read(path):
+    import json
+
+    if not path.exists():
+        return []
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
