@@ -5,19 +5,17 @@ Table 14; esbench does not write a GRPO trainer, it maps those settings onto `tr
 
 Table 14 -> GRPOConfig (easy setting; the hard setting adds the KL coefficient 0.001):
 
-| paper                          | esbench field           | GRPOConfig                                                     |
-|--------------------------------|-------------------------|----------------------------------------------------------------|
-| global batch 64 prompts        | `prompts_per_rollout`   | `generation_batch_size = prompts_per_rollout * num_generations` |
-| 8 responses per prompt         | `num_generations`       | `num_generations`                                              |
-| PPO minibatch 32 (prompts)     | `ppo_minibatch_prompts` | `gradient_accumulation_steps = minibatch * G / micro_batch`    |
-| microbatch 2 (sequences)       | `micro_batch`           | `per_device_train_batch_size`                                  |
-| lr 1.0e-6                      | `learning_rate`         | `learning_rate` (constant schedule, no warm-up)                |
-| T = 1.0                        | `temperature`           | `temperature` (top_p 1.0)                                      |
-| clip 0.2                       | `clip_epsilon`          | `epsilon` (and `epsilon_high` = same: symmetric clip)          |
-| KL coef 0.001 (hard)           | `kl_coef`               | `beta`                                                         |
-| response limit 2048 / 8192     | `max_completion_length` | `max_completion_length`                                        |
-| group-relative advantage       | `scale_rewards`         | `scale_rewards = "group"` (mean and std within each group)     |
-| one pass over each rollout     | -                       | `num_iterations = 1`                                           |
+- global batch 64 prompts -> `prompts_per_rollout`; `generation_batch_size = prompts_per_rollout * G`
+- 8 responses per prompt -> `num_generations` (G) -> `num_generations`
+- PPO minibatch 32 prompts -> `ppo_minibatch_prompts`; `gradient_accumulation_steps = minibatch * G / micro`
+- microbatch 2 sequences -> `micro_batch` -> `per_device_train_batch_size`
+- lr 1.0e-6 -> `learning_rate` (constant schedule, no warm-up)
+- T = 1.0 -> `temperature` (top_p 1.0)
+- clip 0.2 -> `clip_epsilon` -> `epsilon` and `epsilon_high` (symmetric clip)
+- KL coef 0.001 (hard) -> `kl_coef` -> `beta`
+- response limit 2048 / 8192 -> `max_completion_length`
+- group-relative advantage -> `scale_rewards = "group"` (mean and std within each group)
+- one pass over each rollout -> `num_iterations = 1`
 
 Where TRL has no exact equivalent: the paper does not name its loss aggregation; esbench defaults to
 `loss_type: grpo` (per-sequence length normalisation, the original GRPO objective) and lets a suite choose
