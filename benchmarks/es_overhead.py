@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import time
@@ -92,11 +91,38 @@ def timed(fn, device: str) -> float:
     return time.perf_counter() - t
 
 
+class PeakRSS:
+    """Highest resident set size seen while the block runs, sampled every millisecond from /proc/self/statm,
+    minus the RSS at entry: what the phase itself adds on top of the loaded model."""
+
+    def __enter__(self):
+        import os
+        import threading
+
+        self._page = os.sysconf("SC_PAGE_SIZE")
+        self.base = self.peak = self._rss()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+        return self
+
+    def _rss(self) -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * self._page
+
+    def _watch(self):
+        while not self._stop.wait(0.001):
+            self.peak = max(self.peak, self._rss())
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self._rss())
+
+
 def phase_memory(args, phase: str) -> dict:
     """Peak memory of `phase` (inference | es) alone, in this fresh process."""
     from esbench.backends.hf import HFBackend
-    from esbench.es.weights import member_seed
-    from esbench.methods.es import ESConfig, ask, tell
 
     model, tok, prompts = load(args.model, args.device, args.dtype)
     backend = HFBackend(model, tok, batch_size=args.batch)
@@ -104,6 +130,18 @@ def phase_memory(args, phase: str) -> dict:
     if args.device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
     gen = dict(temperature=0.0, max_new_tokens=args.max_new_tokens)
+    backend.generate(prompts, **gen)  # warm-up: allocator pools and caches exist before measuring
+    with PeakRSS() as rss:
+        _phase(args, phase, backend, prompts, gen)
+    if args.device.startswith("cuda"):
+        return {"peak_bytes": torch.cuda.max_memory_allocated()}
+    return {"peak_bytes": rss.peak, "added_bytes": rss.peak - rss.base}
+
+
+def _phase(args, phase, backend, prompts, gen) -> None:
+    from esbench.es.weights import member_seed
+    from esbench.methods.es import ESConfig, ask, tell
+
     if phase == "inference":
         for _ in range(args.population):
             backend.generate(prompts, **gen)
@@ -120,9 +158,6 @@ def phase_memory(args, phase: str) -> dict:
             editor.restore()
             rewards[i] = member_seed(0, 0, i) % 7
         editor.update(*tell(cfg, members, rewards))
-    if args.device.startswith("cuda"):
-        return {"peak_bytes": torch.cuda.max_memory_allocated()}
-    return {"peak_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 
 
 def main() -> None:
@@ -194,7 +229,7 @@ def main() -> None:
         out = subprocess.run(
             [sys.executable, __file__, *sys.argv[1:], "--phase", phase], capture_output=True, text=True, check=True
         )
-        mem[phase] = json.loads(out.stdout.strip().splitlines()[-1])["peak_bytes"]
+        mem[phase] = json.loads(out.stdout.strip().splitlines()[-1])
     print(
         json.dumps(
             {
@@ -212,9 +247,13 @@ def main() -> None:
                 "perturb_restore_ms_per_mparam": round(1e3 * t_cycle / (n_params / 1e6), 4),
                 "perturb_restore_gbps": round(cycle_bytes / t_cycle / 1e9, 3),
                 "copy_gbps": round(2 * n_params * elem / t_copy / 1e9, 3),
-                "peak_bytes_inference": mem["inference"],
-                "peak_bytes_es": mem["es"],
-                "peak_es_over_inference": round(mem["es"] / mem["inference"], 4),
+                "weights_bytes": n_params * elem,
+                "peak_bytes_inference": mem["inference"]["peak_bytes"],
+                "peak_bytes_es": mem["es"]["peak_bytes"],
+                "peak_es_over_inference": round(mem["es"]["peak_bytes"] / mem["inference"]["peak_bytes"], 4),
+                # CPU only: what each phase adds on top of the loaded, warmed-up model
+                "added_bytes_inference": mem["inference"].get("added_bytes"),
+                "added_bytes_es": mem["es"].get("added_bytes"),
             },
             indent=2,
         )
