@@ -47,7 +47,7 @@ def cell_dir(out_root: Path, suite: str, cell_id: str) -> Path:
 def status(directory: Path) -> str:
     if (directory / "record.json").exists():
         return "done"
-    if directory.exists() and any(directory.iterdir()):
+    if directory.exists() and any(p.name != ".lock" for p in directory.iterdir()):
         return "partial"
     return "pending"
 

@@ -6,6 +6,8 @@ local run and a Ray or Slurm worker produce the same files.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
 import random
@@ -71,8 +73,32 @@ def stage_count(cell: Cell) -> int:
     return 2 + int(trains) + len(ev["tasks"]) * (2 if ev["greedy"] else 1)
 
 
+class CellBusy(RuntimeError):
+    pass
+
+
+@contextlib.contextmanager
+def cell_lock(directory: Path):
+    """Exclusive lock on a cell folder: two `esbench run`s must never write the same cell at once."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".lock", "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CellBusy(f"{directory} is being run by another esbench process") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def run_cell(cell: Cell, directory: Path, on_stage: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Execute `cell` into `directory` and return its record. Resumable: a recipe checkpoints under `work/`."""
+    with cell_lock(directory):
+        return _run_cell(cell, directory, on_stage)
+
+
+def _run_cell(cell: Cell, directory: Path, on_stage: Callable[[str], None] | None) -> dict[str, Any]:
     from esbench.evaluation import evaluate
     from esbench.methods import TrainContext, registry, resolve_budget
     from esbench.models import load_model, state_hash

@@ -284,6 +284,38 @@ def _expected_keys(model: type[BaseModel]) -> str:
     return ", ".join(model.model_fields)
 
 
+def _sequence_config(entry, where, done, raw, lines, problems) -> dict | None:
+    """`{sequence: [a, b], split: [...]}` -> the sequence recipe's config with the named stages' configs inlined."""
+    extra = set(entry) - {"sequence", "split"}
+    for key in sorted(extra):
+        problems.append((_line(lines, where + (key,)), _fmt(where + (key,)), f"unknown key {key!r} for a sequence"))
+    names = entry["sequence"]
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        problems.append(
+            (
+                _line(lines, where + ("sequence",)),
+                _fmt(where + ("sequence",)),
+                "must be a list of method names defined in this suite",
+            )
+        )
+        return None
+    stages = []
+    for i, stage_name in enumerate(names):
+        at = where + ("sequence", i)
+        if stage_name not in raw or "sequence" in (raw[stage_name] or {}):
+            problems.append(
+                (_line(lines, at), _fmt(at), f"{stage_name!r} is not a (non-sequence) method of this suite")
+            )
+            continue
+        if stage_name not in done:  # that entry is itself invalid and already reported
+            return None
+        kind, cfg, _ = done[stage_name]
+        stages.append({"kind": kind, "config": cfg.model_dump(mode="json")})
+    if extra or len(stages) != len(names):
+        return None
+    return {"stages": stages, "split": entry.get("split")}
+
+
 def load_suite(path: str | Path) -> Suite:
     """Parse and validate a suite file. Raises SuiteError with every problem found; writes nothing."""
     from esbench.methods import registry
@@ -323,13 +355,21 @@ def load_suite(path: str | Path) -> Suite:
                 problems[problems.index(p)] = (p[0], p[1], p[2] + f"; expected one of: {_expected_keys(SuiteSpec)}")
         raise SuiteError(file, problems) from None
     methods: dict[str, Any] = {}
-    for name, entry in spec.methods.items():
+    # plain entries first: a sequence refers to them by name and embeds their validated configs
+    entries = sorted(spec.methods.items(), key=lambda kv: "sequence" in (kv[1] or {}))
+    for name, entry in entries:
         where = ("methods", name)
         if not re.match(_NAME, name):
             problems.append((_line(lines, where), _fmt(where), f"invalid name {name!r}"))
             continue
         entry = dict(entry or {})
-        kind = entry.pop("method", name)
+        if "sequence" in entry:
+            kind = "sequence"
+            entry = _sequence_config(entry, where, methods, spec.methods, lines, problems)
+            if entry is None:
+                continue
+        else:
+            kind = entry.pop("method", name)
         try:
             cls = registry.get(kind)
         except KeyError as e:
@@ -339,6 +379,7 @@ def load_suite(path: str | Path) -> Suite:
             methods[name] = (kind, cls.Config.model_validate(entry), cls.trains)
         except ValidationError as e:
             problems += _pydantic_problems(e, lines, where)
+    methods = {name: methods[name] for name in spec.methods if name in methods}  # YAML order for display
     trained = [name for name, (_, _, trains) in methods.items() if trains]
     if trained:
         # point at the empty field if it is written, else at the method that needs it

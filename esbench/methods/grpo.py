@@ -93,6 +93,7 @@ def grpo_config(cfg: GRPOSettings, budget: int, output_dir: str, seed: int, use_
         save_strategy="steps",
         save_steps=cfg.checkpoint_every,
         save_only_model=False,
+        save_total_limit=2,
         disable_tqdm=True,
         remove_unused_columns=False,
     )
@@ -150,6 +151,9 @@ class GRPO(Method):
             processing_class=tokenizer,
             callbacks=[Log()],
         )
+        from transformers.trainer_callback import PrinterCallback
+
+        trainer.remove_callback(PrinterCallback)  # metrics go to train.jsonl, not stdout
         trainer.train(resume_from_checkpoint=last)
         model.eval()
         per_update = config.ppo_minibatch_prompts * config.num_generations
