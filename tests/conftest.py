@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
-import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -63,7 +65,18 @@ def repo() -> Path:
     return REPO
 
 
-def copy_suite(src: Path, dst_dir: Path) -> Path:
-    dst = dst_dir / src.name
-    shutil.copy(src, dst)
-    return dst
+def start_run(suite: Path, out: Path, *extra: str) -> subprocess.Popen:
+    """`esbench run` in a child process (one thread), so a test can kill it with SIGKILL."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "esbench.cli", "run", str(suite), "--out", str(out), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+
+
+def only_record(out: Path) -> tuple[dict, Path]:
+    """The single record under `out` and its cell folder."""
+    (path,) = out.glob("*/*/record.json")
+    return json.loads(path.read_text()), path.parent

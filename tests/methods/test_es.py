@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+from conftest import only_record, start_run
 
 from esbench.cli import main
 from esbench.spec import load_suite
@@ -35,25 +36,9 @@ def es_suite(tmp_path, tiny_model_dir):
     return path
 
 
-def run_cli(suite, out, **kw):
-    return subprocess.Popen(
-        [sys.executable, "-m", "esbench.cli", "run", str(suite), "--out", str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        **kw,
-    )
-
-
-def only_record(out):
-    (rec,) = out.glob("es-small/*/record.json")
-    return json.loads(rec.read_text()), rec.parent
-
-
 def test_kill_minus_9_then_resume_gives_identical_weights_and_metrics(tmp_path, es_suite):
     clean = tmp_path / "clean"
-    proc = run_cli(es_suite, clean)
+    proc = start_run(es_suite, clean)
     assert proc.wait(timeout=600) == 0, proc.stdout.read()
     ref, ref_dir = only_record(clean)
     ref_log = (ref_dir / "train.jsonl").read_text().splitlines()
@@ -61,7 +46,7 @@ def test_kill_minus_9_then_resume_gives_identical_weights_and_metrics(tmp_path, 
     assert ref["budget_used"]["updates"] == 12 and ref["budget_used"]["rollouts"] == 12 * 4 * 8
 
     killed = tmp_path / "killed"
-    proc = run_cli(es_suite, killed)
+    proc = start_run(es_suite, killed)
     deadline = time.time() + 300
     state = None
     while time.time() < deadline:  # wait until a mid-run checkpoint exists, then kill without warning
@@ -81,7 +66,7 @@ def test_kill_minus_9_then_resume_gives_identical_weights_and_metrics(tmp_path, 
     )
     assert json.loads(plan.stdout)[0]["status"] == "partial"
 
-    proc = run_cli(es_suite, killed)
+    proc = start_run(es_suite, killed)
     assert proc.wait(timeout=600) == 0, proc.stdout.read()
     got, got_dir = only_record(killed)
     assert got["provenance"]["final_weights_sha256"] == ref["provenance"]["final_weights_sha256"]

@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
+from conftest import only_record, start_run
 
 from esbench.methods.sequence import stage_budgets
 from esbench.spec import SuiteError, load_suite
@@ -78,26 +77,11 @@ def test_bad_sequences_are_rejected_with_their_path(tmp_path, edit, fragment):
     assert fragment in str(exc.value) and "methods.es-grpo" in str(exc.value)
 
 
-def run(suite, out, only):
-    return subprocess.Popen(
-        [sys.executable, "-m", "esbench.cli", "run", str(suite), "--out", str(out), "--only", only],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-
-
-def record(out):
-    (path,) = out.glob("seq/*/record.json")
-    return json.loads(path.read_text()), path.parent
-
-
 def test_kill_during_second_stage_resumes_to_identical_record(tmp_path, tiny_model_dir):
     suite = write(tmp_path, budget=12)  # es 6 updates, then grpo 6 updates with a checkpoint every 2
-    proc = run(suite, tmp_path / "clean", "*/es-grpo/*")
+    proc = start_run(suite, tmp_path / "clean", "--only", "*/es-grpo/*")
     assert proc.wait(timeout=600) == 0, proc.stdout.read()
-    ref, ref_dir = record(tmp_path / "clean")
+    ref, ref_dir = only_record(tmp_path / "clean")
     rows = [json.loads(x) for x in (ref_dir / "train.jsonl").read_text().splitlines()]
     assert [(r["stage_method"], r["update"]) for r in rows] == [("es", i) for i in range(6)] + [
         ("grpo", i) for i in range(6, 12)
@@ -105,7 +89,7 @@ def test_kill_during_second_stage_resumes_to_identical_record(tmp_path, tiny_mod
     assert ref["budget_used"]["updates"] == 12 and ref["train"]["stage_budgets"] == [6, 6]
 
     killed = tmp_path / "killed"
-    proc = run(suite, killed, "*/es-grpo/*")
+    proc = start_run(suite, killed, "--only", "*/es-grpo/*")
     deadline, hit = time.time() + 300, False
     while time.time() < deadline and proc.poll() is None:
         if list(killed.glob("seq/*/work/stage1/grpo/checkpoint-2/trainer_state.json")):
@@ -118,9 +102,9 @@ def test_kill_during_second_stage_resumes_to_identical_record(tmp_path, tiny_mod
     assert not list(killed.glob("seq/*/record.json"))
     assert list(killed.glob("seq/*/work/stage0/done.json")), "first stage finished and was saved"
 
-    proc = run(suite, killed, "*/es-grpo/*")
+    proc = start_run(suite, killed, "--only", "*/es-grpo/*")
     assert proc.wait(timeout=600) == 0, proc.stdout.read()
-    got, got_dir = record(killed)
+    got, got_dir = only_record(killed)
     assert got["provenance"]["final_weights_sha256"] == ref["provenance"]["final_weights_sha256"]
     assert got["metrics"] == ref["metrics"]
     assert got["budget_used"]["updates"] == ref["budget_used"]["updates"]
