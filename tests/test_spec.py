@@ -177,6 +177,13 @@ BAD = [
         "greater than 0",
     ),
     (
+        "es antithetic with odd population",
+        VALID.replace("base: {}", "es: {method: es, population: 5, antithetic: true}") + "budgets: [4]\n",
+        11,
+        "methods.es",
+        "even population",
+    ),
+    (
         "es unknown option",
         VALID.replace("base: {}", "es: {method: es, sigmaa: 1}"),
         11,

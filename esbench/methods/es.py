@@ -28,7 +28,7 @@ from typing import Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from esbench.backends.hf import HFBackend
 from esbench.es.weights import WeightEditor, member_seed
@@ -59,6 +59,12 @@ class ESConfig(BaseModel):
     reward_format: float = Field(0.1, description="Reward for an extracted but wrong answer.")
     precision: Literal["fp32-master", "paper-bf16"] = Field("fp32-master", description="See module docstring.")
     checkpoint_every: int = Field(10, gt=0, description="Save master weights, sampler and step every k updates.")
+
+    @model_validator(mode="after")
+    def _antithetic_pairs(self) -> ESConfig:
+        if self.antithetic and self.population % 2:
+            raise ValueError(f"population: antithetic pairs need an even population, got {self.population}")
+        return self
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -170,8 +176,6 @@ class ES(Method):
 
     def train(self, model, tokenizer, train_data, reward, budget, config: ESConfig, ctx: TrainContext):
         cfg = config
-        if cfg.antithetic and cfg.population % 2:
-            raise ValueError("antithetic ES needs an even population")
         reward = reward.with_values(cfg.reward_correct, cfg.reward_format)
         if cfg.precision == "paper-bf16":
             model.to(torch.bfloat16)
