@@ -265,13 +265,31 @@ def _line(lines: dict[tuple, int], path: tuple) -> int:
     return lines.get(path, 1)
 
 
-def _pydantic_problems(err: ValidationError, lines: dict[tuple, int], prefix: tuple = ()) -> list:
+def _model_at(parent: tuple, root: type[BaseModel]) -> type[BaseModel] | None:
+    """The pydantic model whose keys live at `parent` (for "expected one of" in unknown-key messages)."""
+    if root is not SuiteSpec:
+        return root
+    if parent == ():
+        return SuiteSpec
+    if parent == ("eval",):
+        return EvalSpec
+    if len(parent) == 2:
+        return {"models": ModelSpec, "datasets": DatasetSpec}.get(parent[0])
+    return None
+
+
+def _pydantic_problems(
+    err: ValidationError, lines: dict[tuple, int], prefix: tuple = (), root: type[BaseModel] = SuiteSpec
+) -> list:
     problems = []
     for e in err.errors():
         loc = prefix + tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-")))
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             msg = f"unknown key {loc[-1]!r}"
+            model = _model_at(loc[len(prefix) : -1], root)
+            if model is not None:
+                msg += f"; expected one of: {_expected_keys(model)}"
         elif e["type"] == "missing":
             msg = "required field is missing"
         elif "input" in e and e["type"] not in ("value_error", "assertion_error") and not isinstance(e["input"], dict):
@@ -350,9 +368,6 @@ def load_suite(path: str | Path) -> Suite:
         spec = SuiteSpec.model_validate(data)
     except ValidationError as e:
         problems += _pydantic_problems(e, lines)
-        for p in problems:
-            if p[2].startswith("unknown key") and "." not in p[1]:
-                problems[problems.index(p)] = (p[0], p[1], p[2] + f"; expected one of: {_expected_keys(SuiteSpec)}")
         raise SuiteError(file, problems) from None
     methods: dict[str, Any] = {}
     # plain entries first: a sequence refers to them by name and embeds their validated configs
@@ -378,7 +393,7 @@ def load_suite(path: str | Path) -> Suite:
         try:
             methods[name] = (kind, cls.Config.model_validate(entry), cls.trains)
         except ValidationError as e:
-            problems += _pydantic_problems(e, lines, where)
+            problems += _pydantic_problems(e, lines, where, cls.Config)
     methods = {name: methods[name] for name in spec.methods if name in methods}  # YAML order for display
     trained = [name for name, (_, _, trains) in methods.items() if trains]
     if trained:

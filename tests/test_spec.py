@@ -261,6 +261,26 @@ def test_trained_methods_expand_over_datasets_budgets_and_seeds(tmp_path):
     assert es[0].spec["dataset"] == {"task": "tiny_arith", "size": 64}
 
 
+def test_unknown_keys_name_the_expected_ones(tmp_path):
+    for text, expected in [
+        (
+            VALID.replace("n: 8", "n: 8\n  samples: 3"),
+            "eval.samples: unknown key 'samples'; expected one of: tasks, held_out, limit, n, k",
+        ),
+        (
+            VALID.replace("base: {}", "es: {method: es, sigmaa: 1}") + "budgets: [4]\n",
+            "methods.es.sigmaa: unknown key 'sigmaa'; expected one of: population, sigma, alpha",
+        ),
+        (
+            VALID.replace("size: 64", "size: 64\n    split: x"),
+            "datasets.arith.split: unknown key 'split'; expected one of: task, size",
+        ),
+    ]:
+        with pytest.raises(SuiteError) as exc:
+            load_suite(write(tmp_path, text))
+        assert expected in str(exc.value)
+
+
 def test_error_lists_every_problem(tmp_path):
     text = VALID.replace("n: 8", "n: 0").replace("seeds: [0, 1]", "seeds: [x]")
     with pytest.raises(SuiteError) as exc:
