@@ -1,4 +1,4 @@
-"""The `esbench` command line (contract in DESIGN.md): validate, plan, run, env.
+"""The `esbench` command line (contract in DESIGN.md): validate, plan, run, report, env, and the leaderboard.
 
 Heavy libraries (torch, transformers, lm-eval) are imported only by the commands that need them, so
 `esbench validate` answers in about a second.
@@ -142,6 +142,26 @@ def cmd_env(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    from esbench.report import render_markdown, write_report
+
+    run_dir = Path(args.run_dir)
+    if not run_dir.is_dir():
+        print(f"{run_dir}: no such run folder", file=sys.stderr)
+        return EXIT_INVALID
+    try:
+        data, path = write_report(run_dir, Path(args.out) if args.out else None, iters=args.bootstrap)
+    except FileNotFoundError as e:
+        print(str(e), file=sys.stderr)
+        return EXIT_INVALID
+    if args.json:
+        print(json.dumps(data, indent=1))
+    else:
+        print(render_markdown(data))
+        print(f"\nwrote {path} and {len(data['plots'])} plots to {path.parent}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from esbench import __version__
 
@@ -170,8 +190,19 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--runtime", default="local", choices=["local"], help="how cells run (containers: planned)")
     r.set_defaults(fn=cmd_run)
 
+    rp = sub.add_parser("report", help="paper-layout tables and plots of a run folder (runs/<suite>)")
+    rp.add_argument("run_dir")
+    rp.add_argument("--out", help="where report.md, report.json and the PNGs go (default: RUN_DIR/report)")
+    rp.add_argument("--json", action="store_true", help="print the report's numbers as JSON instead of Markdown")
+    rp.add_argument("--bootstrap", type=int, default=2000, help="paired-bootstrap resamples (default 2000)")
+    rp.set_defaults(fn=cmd_report)
+
     e = sub.add_parser("env", help="print this environment's provenance as JSON")
     e.set_defaults(fn=cmd_env)
+
+    from esbench.leaderboard.commands import add_parsers as add_leaderboard_parsers
+
+    add_leaderboard_parsers(sub)  # submit, leaderboard verify|build|release
     return p
 
 

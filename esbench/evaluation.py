@@ -61,13 +61,18 @@ def task_config(task: str, repeats: int, temperature: float, top_p: float, max_n
     return {**config, "task": task, "repeats": repeats, "generation_kwargs": gen}
 
 
-def _run_lm_eval(lm, task_manager, overrides: list[dict], limit: int | None, seed: int) -> dict[str, Any]:
+def _run_lm_eval(
+    lm, task_manager, overrides: list[dict], limit: int | None, seed: int, system_prompt: str | None = None
+) -> dict[str, Any]:
+    """Paper tasks (a system prompt) go through the model's chat template, as `TaskDef.prompt` renders them."""
     import lm_eval
 
+    chat = {"apply_chat_template": True, "system_instruction": system_prompt} if system_prompt is not None else {}
     return lm_eval.simple_evaluate(
         model=lm,
         tasks=overrides,
         limit=limit,
+        **chat,
         log_samples=True,
         bootstrap_iters=0,
         task_manager=task_manager,
@@ -125,6 +130,8 @@ def evaluate(
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
 
+    from esbench.analyses import answer_entropy, eval_entropy
+
     lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=BATCH_SIZE, device=str(model.device))
     tm = TaskManager(include_path=str(LM_EVAL_DIR), include_defaults=False)
     tasks = eval_spec["tasks"]
@@ -139,7 +146,7 @@ def evaluate(
         for t in tasks:
             config = task_config(t, repeats, temperature, eval_spec["top_p"], eval_spec["max_new_tokens"])
             with _stderr_to(out_dir / "lm_eval.log"):  # progress bars and chatter stay off the screen
-                res = _run_lm_eval(lm, tm, [config], eval_spec["limit"], seed)
+                res = _run_lm_eval(lm, tm, [config], eval_spec["limit"], seed, get_task(t).system_prompt)
             rows = score_samples(t, res["samples"][t])
             evidence[t][label] = rows
             suffix = "" if label == "sampled" else ".greedy"
@@ -151,6 +158,9 @@ def evaluate(
     metrics = {}
     for t in tasks:
         metrics[t] = summarise(evidence[t]["sampled"], evidence[t].get("greedy"), eval_spec["k"])
+        metrics[t]["answer_entropy"] = answer_entropy(evidence[t]["sampled"])
+        if eval_spec.get("entropy"):
+            metrics[t]["entropy"] = eval_entropy(model, tokenizer, t, evidence[t]["sampled"])["entropy"]
         if abs(metrics[t]["pass@1"] - lm_eval_pass1[t]) > 1e-9:
             raise RuntimeError(f"{t}: esbench pass@1 {metrics[t]['pass@1']} != lm-eval {lm_eval_pass1[t]}")
     return metrics

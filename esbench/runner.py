@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
+import hashlib
 import json
 import logging
 import random
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from esbench import provenance
+from esbench.leaderboard.release import CURRENT as RELEASE
 from esbench.records import RECORD_SCHEMA, atomic_write_json, status
 from esbench.spec import Cell
 
@@ -54,14 +57,22 @@ class Reward:
 def _train_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """First/last reward means over the log, so a record shows whether training moved the reward."""
     rewards = [r["reward_mean"] for r in rows if "reward_mean" in r]
-    if not rewards:
-        return {"updates_logged": len(rows)}
-    w = max(1, len(rewards) // 4)
-    return {
-        "updates_logged": len(rows),
-        "reward_first": sum(rewards[:w]) / w,
-        "reward_last": sum(rewards[-w:]) / w,
-    }
+    probes = [r for r in rows if "probe" in r]
+    out: dict[str, Any] = {"updates_logged": len(rewards)}
+    if rewards:
+        w = max(1, len(rewards) // 4)
+        out.update(reward_first=sum(rewards[:w]) / w, reward_last=sum(rewards[-w:]) / w)
+    if probes:
+        first, last = probes[0], probes[-1]
+        out["probe"] = {
+            "first_update": first["update"],
+            "last_update": last["update"],
+            "entropy_first": first["probe"]["entropy"],
+            "entropy_last": last["probe"]["entropy"],
+            "success_first": first["probe"]["success"],
+            "success_last": last["probe"]["success"],
+        }
+    return out
 
 
 def stage_count(cell: Cell) -> int:
@@ -99,8 +110,10 @@ def run_cell(cell: Cell, directory: Path, on_stage: Callable[[str], None] | None
 
 
 def _run_cell(cell: Cell, directory: Path, on_stage: Callable[[str], None] | None) -> dict[str, Any]:
+    from esbench.analyses import build_probe, functional_sparsity, parameter_drift, population_diversity
     from esbench.evaluation import evaluate
     from esbench.methods import TrainContext, registry, resolve_budget
+    from esbench.metrics.drift import unique_parameters
     from esbench.models import load_model, state_hash
     from esbench.tasks import get_task, rows_hash
 
@@ -113,7 +126,9 @@ def _run_cell(cell: Cell, directory: Path, on_stage: Callable[[str], None] | Non
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
 
-    loaded = load_model(**spec["model"])
+    from esbench.methods.checkpoint import model_to_load
+
+    loaded = load_model(**model_to_load(spec["method"], spec["model"]))  # a `checkpoint` method names other weights
     model, tokenizer = loaded.model, loaded.tokenizer
     timings["load_s"] = time.perf_counter() - t0
     stage("model loaded")
@@ -130,11 +145,22 @@ def _run_cell(cell: Cell, directory: Path, on_stage: Callable[[str], None] | Non
             "version": task.version,
             "rows": len(train_rows),
             "sha256": rows_hash(train_rows),
+            **task.provenance("train"),  # hub id, config, revision and split (or generator and seed)
         }
         work = directory / "work"
         work.mkdir(exist_ok=True)
         seed_everything(spec["seed"])
-        ctx = TrainContext(seed=spec["seed"], workdir=work, log_path=train_log, prompt=task.prompt)
+        probe, probe_every = build_probe(spec["eval"], spec["seed"], tokenizer)
+        ctx = TrainContext(
+            seed=spec["seed"],
+            workdir=work,
+            log_path=train_log,
+            prompt=functools.partial(task.prompt, tokenizer=tokenizer),  # chat template for paper tasks
+            probe=probe,
+            probe_every=probe_every,
+            budget_spec=spec["budget"],
+        )
+        start = {n: p.detach().to("cpu", copy=True) for n, p in unique_parameters(model).items()}  # θ₀ for drift
         t1 = time.perf_counter()
         updates = resolve_budget(spec["budget"], len(train_rows), config)
         result = method_cls().train(model, tokenizer, train_rows, Reward(task), updates, config, ctx)
@@ -152,19 +178,50 @@ def _run_cell(cell: Cell, directory: Path, on_stage: Callable[[str], None] | Non
     ev = spec["eval"]
     metrics = evaluate(model, tokenizer, ev, spec["seed"], directory, on_pass=lambda p: stage(f"evaluated {p}"))
     timings["eval_s"] = time.perf_counter() - t2
+    analyses: dict[str, Any] = {}
+    if method_cls.trains:
+        analyses["drift"] = parameter_drift(model, start, result.ideal)
+        if ev["save_weights"]:
+            from safetensors.torch import save_file
+
+            state = {k: v.detach().cpu().contiguous() for k, v in unique_parameters(model).items()}
+            save_file(state, str(directory / "final.safetensors"))
+        if ev["sparsity"]:
+            t3 = time.perf_counter()
+            analyses["sparsity"] = functional_sparsity(
+                model, tokenizer, start, ev, spec["seed"], directory / "sparsity", metrics
+            )
+            timings["sparsity_s"] = time.perf_counter() - t3
+            stage("sparsity evaluated")
+    if ev["diversity"]:
+        t4 = time.perf_counter()
+        analyses["diversity"] = population_diversity(model, tokenizer, ev, spec["seed"])
+        timings["diversity_s"] = time.perf_counter() - t4
+        stage("diversity measured")
     data_prov["eval"] = {}
     for t in ev["tasks"]:
         task = get_task(t)
         rows = task.rows("test", ev["limit"] or None)
-        data_prov["eval"][t] = {"version": task.version, "rows": len(rows), "sha256": rows_hash(rows)}
+        data_prov["eval"][t] = {
+            "version": task.version,
+            "rows": len(rows),
+            "sha256": rows_hash(rows),
+            **task.provenance("test"),
+        }
     timings["total_s"] = time.perf_counter() - t0
 
     record = {
         "schema": RECORD_SCHEMA,
+        "release": RELEASE,  # the leaderboard release this record is comparable under
         "cell": cell.to_json(),
         "metrics": metrics,
+        # binds the per-sample logs to the record: the leaderboard rejects a sample edited after the run
+        "samples_sha256": {
+            f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted((directory / "samples").glob("*.jsonl"))
+        },
         "held_out": ev["held_out"],
         "train": {**_train_summary(log_rows), **result.summary},
+        **analyses,
         "budget_used": {
             "updates": result.updates,
             "rollouts": result.rollouts,

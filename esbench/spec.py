@@ -18,10 +18,18 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 SCHEMA = "esbench.suite/1"
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
@@ -70,6 +78,54 @@ class DatasetSpec(_Strict):
         return v
 
 
+def _registered(name: str | None) -> str | None:
+    from esbench.tasks import get_task
+
+    if name is not None:
+        get_task(name)
+    return name
+
+
+OptionalTask = Annotated[str | None, AfterValidator(_registered)]
+
+
+class ProbeSpec(_Strict):
+    """Measured during training every `every` updates, for every training method alike."""
+
+    task: OptionalTask = Field(
+        None, description="Probe task; default the first held-out task, else the first eval task."
+    )
+    prompts: int = Field(16, gt=0, description="The first `prompts` test problems of the probe task.")
+    samples: int = Field(4, gt=0, description="Sampled responses per probe prompt (at the eval temperature).")
+    every: int = Field(10, gt=0, description="Probe before update 0 and after every `every` updates.")
+
+
+class DiversitySpec(_Strict):
+    """Population diversity around each cell's final weights: N members θ + σεᵢ (ES's population at its last update
+    for an ES cell; the same-σ neighbourhood for base and GRPO)."""
+
+    sigma: float = Field(gt=0, description="Perturbation scale of the members (set it to the ES cells' σ).")
+    members: int = Field(8, ge=2, description="Population size N.")
+    prompts: int = Field(16, gt=0, description="The first `prompts` test problems of the task.")
+    samples: int = Field(8, gt=0, description="Samples m per member and prompt, estimating each pᵢ.")
+    task: OptionalTask = Field(None, description="Task; default the first eval task.")
+
+
+class SparsitySpec(_Strict):
+    """Functional sparsity of trained cells (paper Tables 11-12): keep only |Δθ| ≥ τ and re-evaluate Pass@1."""
+
+    taus: list[float] = Field(min_length=1, description="Magnitude thresholds τ.")
+    task: OptionalTask = Field(None, description="Task re-evaluated; default the first eval task.")
+    n: int | None = Field(None, gt=0, description="Samples per problem; default eval.n.")
+
+    @field_validator("taus")
+    @classmethod
+    def _positive(cls, v: list[float]) -> list[float]:
+        if any(t <= 0 for t in v) or len(set(v)) != len(v):
+            raise ValueError(f"taus must be distinct and > 0, got {v}")
+        return sorted(v)
+
+
 class EvalSpec(_Strict):
     tasks: list[str] = Field(min_length=1, description="Registered eval tasks (lm-eval task configs).")
     held_out: list[str] = Field(default_factory=list, description="Tasks that measure forgetting.")
@@ -80,6 +136,11 @@ class EvalSpec(_Strict):
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling threshold (paper: 1.0).")
     max_new_tokens: int = Field(2048, gt=0, description="Generation budget (paper: 2048 easy, 8192 hard).")
     greedy: bool = Field(True, description="Also run one greedy (temperature 0) pass per problem.")
+    entropy: bool = Field(True, description="Record the mean token entropy of the sampled responses per task.")
+    probe: ProbeSpec | None = Field(None, description="Entropy and success on a fixed probe set during training.")
+    diversity: DiversitySpec | None = Field(None, description="JS diversity of a σ-population around the result.")
+    sparsity: SparsitySpec | None = Field(None, description="Thresholded-update re-evaluation of trained cells.")
+    save_weights: bool = Field(False, description="Keep trained cells' final weights (final.safetensors).")
 
     @field_validator("tasks", "held_out")
     @classmethod
@@ -273,6 +334,8 @@ def _model_at(parent: tuple, root: type[BaseModel]) -> type[BaseModel] | None:
         return SuiteSpec
     if parent == ("eval",):
         return EvalSpec
+    if len(parent) == 2 and parent[0] == "eval":
+        return {"probe": ProbeSpec, "diversity": DiversitySpec, "sparsity": SparsitySpec}.get(parent[1])
     if len(parent) == 2:
         return {"models": ModelSpec, "datasets": DatasetSpec}.get(parent[0])
     return None
@@ -370,6 +433,7 @@ def load_suite(path: str | Path) -> Suite:
         problems += _pydantic_problems(e, lines)
         raise SuiteError(file, problems) from None
     methods: dict[str, Any] = {}
+    stage_only: set[str] = set()
     # plain entries first: a sequence refers to them by name and embeds their validated configs
     entries = sorted(spec.methods.items(), key=lambda kv: "sequence" in (kv[1] or {}))
     for name, entry in entries:
@@ -378,6 +442,13 @@ def load_suite(path: str | Path) -> Suite:
             problems.append((_line(lines, where), _fmt(where), f"invalid name {name!r}"))
             continue
         entry = dict(entry or {})
+        # `stage_only: true`: a configuration that sequences use as a stage but that is not a cell of its own
+        # (the paper's hard ES->GRPO trains GRPO, while its GRPO row is a released checkpoint)
+        if entry.pop("stage_only", False) is not False:
+            if (where + ("stage_only",)) in lines and spec.methods[name].get("stage_only") is not True:
+                at = where + ("stage_only",)
+                problems.append((_line(lines, at), _fmt(at), "must be true or false"))
+            stage_only.add(name)
         if "sequence" in entry:
             kind = "sequence"
             entry = _sequence_config(entry, where, methods, spec.methods, lines, problems)
@@ -394,7 +465,12 @@ def load_suite(path: str | Path) -> Suite:
             methods[name] = (kind, cls.Config.model_validate(entry), cls.trains)
         except ValidationError as e:
             problems += _pydantic_problems(e, lines, where, cls.Config)
-    methods = {name: methods[name] for name in spec.methods if name in methods}  # YAML order for display
+    unused = sorted(stage_only - {st for e in spec.methods.values() for st in ((e or {}).get("sequence") or [])})
+    for name in unused:
+        at = ("methods", name, "stage_only")
+        problems.append((_line(lines, at), _fmt(at), "a stage-only method must be a stage of some sequence"))
+    # YAML order for display; stage-only entries live on inside the sequences that embed them
+    methods = {name: methods[name] for name in spec.methods if name in methods and name not in stage_only}
     trained = [name for name, (_, _, trains) in methods.items() if trains]
     if trained:
         # point at the empty field if it is written, else at the method that needs it

@@ -51,9 +51,13 @@ class WeightEditor:
         self.params = dict(params)
         self.precision = precision
         self.master: dict[str, torch.Tensor] | None = None
+        self.shadow: dict[str, torch.Tensor] | None = None
         if precision == "fp32-master":
             self.master = {n: p.detach().to(torch.float32).clone() for n, p in self.params.items()}
-        elif precision != "paper-bf16":
+        elif precision == "paper-bf16":
+            # the fp32 trajectory the same coefficients would give without rounding, to measure what rounding adds
+            self.shadow = {n: p.detach().to(torch.float32).clone() for n, p in self.params.items()}
+        else:
             raise ValueError(f"unknown precision {precision!r}")
         self._active: tuple[int, float] | None = None
 
@@ -127,16 +131,29 @@ class WeightEditor:
                     m.sub_((m - base) * decay)
                 p.copy_(m)
             else:  # public code: apply each member's scaled noise to the bf16 weights, one at a time
+                sh = self.shadow[name]
                 for s, c in zip(seeds, coeffs, strict=True):
-                    p.add_((c * noise(s, name, p.shape, p.device)).to(p.dtype))
+                    eps = noise(s, name, p.shape, p.device)
+                    p.add_((c * eps).to(p.dtype))
+                    sh.add_(eps, alpha=c)
                 if decay:
                     base = anchor[name].to(p.dtype) if anchor is not None else 0.0
                     p.sub_(((p - base) * decay).to(p.dtype))
+                    sh.sub_((sh - (anchor[name].to(torch.float32) if anchor is not None else 0.0)) * decay)
             diff = p.detach().to(torch.float32) - before
             sq += float(diff.pow(2).sum())
             changed += int((diff != 0).sum())
             total += diff.numel()
         return {"update_norm": sq**0.5, "changed_fraction": changed / max(total, 1)}
+
+    def ideal_state(self) -> dict[str, torch.Tensor]:
+        """fp32 weights the update rule intended: the master (exact mode) or the shadow (paper-bf16)."""
+        return {n: t.clone() for n, t in (self.master if self.master is not None else self.shadow).items()}
+
+    def load_ideal_state(self, state: Mapping[str, torch.Tensor]) -> None:
+        target = self.master if self.master is not None else self.shadow
+        for name, t in target.items():
+            t.copy_(state[name])
 
     def master_state(self) -> dict[str, torch.Tensor]:
         """What a checkpoint must hold to resume exactly: the fp32 master, else the compute weights."""

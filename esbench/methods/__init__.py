@@ -37,6 +37,18 @@ class TrainContext:
     workdir: Path
     log_path: Path
     prompt: Callable[[dict[str, str]], str]
+    probe: Callable[..., dict[str, Any]] | None = None  # esbench.metrics.entropy.Probe: (model, tokenizer) -> dict
+    probe_every: int = 0
+    budget_spec: int | str | None = None  # the suite's budget as written ('2ep' or an update count), for sequences
+
+    def maybe_probe(self, model, tokenizer, updates: int, final: bool = False) -> None:
+        """Log the probe after `updates` updates (0 = before training) when due: every `probe_every`, and at the end.
+
+        The row carries `update: updates`, so a resume that rewinds to a checkpoint re-measures the same points.
+        """
+        if self.probe is None or not (final or updates % self.probe_every == 0):
+            return
+        self.log({"update": updates, "probe": self.probe(model, tokenizer)})
 
     def log(self, row: dict[str, Any]) -> None:
         """Append one update's row to train.jsonl (fsynced)."""
@@ -61,6 +73,7 @@ class TrainResult:
     rollouts: int = 0
     generated_tokens: int = 0
     summary: dict[str, Any] = field(default_factory=dict)
+    ideal: dict[str, Any] | None = None  # fp32 weights the update rule intended (ES), to split drift from rounding
 
 
 class Method:
@@ -79,6 +92,8 @@ def resolve_budget(budget: int | str, train_size: int, config: BaseModel) -> int
     if isinstance(budget, int):
         return budget
     epochs = float(budget.removesuffix("ep"))
+    if hasattr(config, "stage_updates"):  # a sequence: each stage spends its share of the epochs at its own batch
+        return sum(config.stage_updates(budget, train_size))
     batch = getattr(config, "batch_size", None)
     if batch is None:
         raise ValueError(f"budget {budget!r} is in epochs but the method has no batch_size")

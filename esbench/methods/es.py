@@ -149,6 +149,8 @@ def save_checkpoint(path: Path, editor: WeightEditor, step: int, sampler: EpochS
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     save_file(editor.master_state(), str(tmp / "master.safetensors"))
+    if editor.shadow is not None:
+        save_file(editor.ideal_state(), str(tmp / "shadow.safetensors"))
     atomic_write_json(tmp / "state.json", {"step": step, "sampler": sampler.state(), "counters": counters})
     old = path.with_name(path.name + ".old")
     if path.exists():
@@ -163,6 +165,8 @@ def load_checkpoint(path: Path, editor: WeightEditor) -> dict | None:
     for candidate in (path, path.with_name(path.name + ".old")):  # .old survives a kill between the renames
         if (candidate / "state.json").exists():
             editor.load_master_state(load_file(str(candidate / "master.safetensors")))
+            if editor.shadow is not None:
+                editor.load_ideal_state(load_file(str(candidate / "shadow.safetensors")))
             return json.loads((candidate / "state.json").read_text())
     return None
 
@@ -191,6 +195,7 @@ class ES(Method):
             sampler = EpochSampler(len(train_data), ctx.seed, **state["sampler"])
         ctx.rewind(start)  # drop log lines written after the checkpoint we resume from
         for step in range(start, budget):
+            ctx.maybe_probe(model, tokenizer, step)
             batch = [train_data[i] for i in sampler.next_batch(cfg.batch_size)]
             prompts = [ctx.prompt(row) for row in batch]
             members = ask(cfg, ctx.seed, step)
@@ -223,9 +228,10 @@ class ES(Method):
             ctx.log(row)
             if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == budget:
                 save_checkpoint(ckpt, editor, step + 1, sampler, counters)
+        ctx.maybe_probe(model, tokenizer, budget, final=True)
         if cfg.precision == "paper-bf16":
             model.to(torch.float32)  # exact widening; evaluation sees the bf16 weights' values
-        return TrainResult(model=model, updates=budget, **counters)
+        return TrainResult(model=model, updates=budget, ideal=editor.ideal_state(), **counters)
 
 
 def _rms_diff(editor: WeightEditor, before: dict[str, torch.Tensor]) -> float:

@@ -53,6 +53,11 @@ class GRPOSettings(BaseModel):
     reward_format: float = Field(0.1, description="Reward for an extracted but wrong answer.")
     checkpoint_every: int = Field(10, gt=0, description="Trainer checkpoint every k updates (for resume).")
 
+    @property
+    def batch_size(self) -> int:
+        """Prompts per optimizer update (one PPO minibatch), so an epoch budget '2ep' resolves to update counts."""
+        return self.ppo_minibatch_prompts
+
 
 def grpo_config(cfg: GRPOSettings, budget: int, output_dir: str, seed: int, use_cpu: bool):
     """The `trl.GRPOConfig` for `cfg` (see the table in the module docstring)."""
@@ -140,6 +145,12 @@ class GRPO(Method):
                     "learning_rate": logs.get("learning_rate"),
                 }
                 ctx.log(row)
+
+            def on_train_begin(self, args, state, control, model=None, **kw):
+                ctx.maybe_probe(model, tokenizer, state.global_step)
+
+            def on_step_end(self, args, state, control, model=None, **kw):
+                ctx.maybe_probe(model, tokenizer, state.global_step, final=state.global_step == budget)
 
         args = grpo_config(config, budget, str(out), ctx.seed, use_cpu=not torch.cuda.is_available())
         model.train()

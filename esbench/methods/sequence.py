@@ -10,7 +10,12 @@ each stage getting half the update budget. In a suite:
       grpo-es: {sequence: [grpo, es], split: [0.25, 0.75]}
 
 The budget is split by `split` (default: equal shares); rounding gives the remainder to the last stage, so the
-stages spend exactly the cell's budget. Each stage logs to train.jsonl with `stage` and `stage_method` fields and a
+stages spend exactly the cell's budget. A budget in epochs ('2ep') is split in epochs instead: each stage spends
+its share of the epochs at its own prompts per update (ES 64, GRPO 32 in the paper), so ES->GRPO over two epochs
+is one epoch of each. A `checkpoint` stage (first only) starts the sequence from released weights and spends
+no updates (the paper's hard GRPO->ES starts from the SofT-GRPO checkpoint).
+
+Each stage logs to train.jsonl with `stage` and `stage_method` fields and a
 cell-wide `update` index. A finished stage saves its weights under `work/stage<i>/` before the next one starts;
 a killed run reloads them and resumes the unfinished stage from that stage's own checkpoints.
 """
@@ -51,11 +56,36 @@ class SequenceConfig(BaseModel):
     def _stages(self) -> SequenceConfig:
         if self.split is not None and len(self.split) != len(self.stages):
             raise ValueError(f"split has {len(self.split)} shares for {len(self.stages)} stages")
-        for st in self.stages:
+        for i, st in enumerate(self.stages):
             cls = registry.get(st.kind)
+            if getattr(cls, "loads_weights", False):
+                if i != 0:
+                    raise ValueError(f"a {st.kind!r} stage can only come first: it replaces the starting weights")
+                continue
             if not cls.trains or cls is Sequence:
                 raise ValueError(f"stage {st.kind!r} must be a training method other than a sequence")
         return self
+
+    def _training(self) -> list[int]:
+        return [i for i, st in enumerate(self.stages) if not getattr(registry.get(st.kind), "loads_weights", False)]
+
+    def stage_updates(self, budget: int | str, train_size: int) -> list[int]:
+        """Updates per stage (0 for a checkpoint stage). Epoch budgets split in epochs; update counts in updates."""
+        from esbench.methods import resolve_budget
+
+        train = self._training()
+        shares = self.split or [1 / len(self.stages)] * len(self.stages)
+        total = sum(shares[i] for i in train)
+        out = [0] * len(self.stages)
+        if isinstance(budget, str):
+            epochs = float(budget.removesuffix("ep"))
+            for i in train:
+                cfg = registry.get(self.stages[i].kind).Config.model_validate(self.stages[i].config)
+                out[i] = resolve_budget(f"{epochs * shares[i] / total}ep", train_size, cfg)
+            return out
+        for i, n in zip(train, stage_budgets(budget, len(train), [shares[i] / total for i in train]), strict=True):
+            out[i] = n
+        return out
 
 
 def stage_budgets(budget: int, n: int, split: list[float] | None) -> list[int]:
@@ -69,8 +99,22 @@ class _StageContext(TrainContext):
     """A stage's view of the cell context: its own work dir, and log rows tagged and offset into the cell's log."""
 
     def __init__(self, parent: TrainContext, index: int, kind: str, offset: int, workdir: Path):
-        super().__init__(seed=parent.seed, workdir=workdir, log_path=parent.log_path, prompt=parent.prompt)
+        super().__init__(
+            seed=parent.seed,
+            workdir=workdir,
+            log_path=parent.log_path,
+            prompt=parent.prompt,
+            probe=parent.probe,
+            probe_every=parent.probe_every,
+        )
         self.index, self.kind, self.offset = index, kind, offset
+
+    def maybe_probe(self, model, tokenizer, updates: int, final: bool = False) -> None:
+        # probe on the cell's update axis; a later stage's start is the previous stage's end, measured already
+        if self.offset and updates == 0:
+            return
+        if self.probe is not None and (final or (self.offset + updates) % self.probe_every == 0):
+            self.log({"update": updates, "probe": self.probe(model, tokenizer)})
 
     def log(self, row: dict[str, Any]) -> None:
         super().log({**row, "update": self.offset + row["update"], "stage": self.index, "stage_method": self.kind})
@@ -86,12 +130,16 @@ class Sequence(Method):
     def train(self, model, tokenizer, train_data, reward, budget, config: SequenceConfig, ctx: TrainContext):
         from safetensors.torch import load_file, save_file
 
-        budgets = stage_budgets(budget, len(config.stages), config.split)
+        budgets = config.stage_updates(ctx.budget_spec if isinstance(ctx.budget_spec, str) else budget, len(train_data))
+        if sum(budgets) != budget:
+            raise RuntimeError(f"stage budgets {budgets} do not sum to the cell's {budget} updates")
         totals = {"rollouts": 0, "generated_tokens": 0}
         offset = 0
         for i, (stage, n) in enumerate(zip(config.stages, budgets, strict=True)):
             sdir = ctx.workdir / f"stage{i}"
             done = sdir / "done.json"
+            if getattr(registry.get(stage.kind), "loads_weights", False):
+                continue  # the runner loaded this checkpoint as the cell's starting model
             if done.exists():  # finished before a kill: take its weights and counters, skip it
                 model.load_state_dict(load_file(str(sdir / "model.safetensors")), strict=False)
                 summary = json.loads(done.read_text())

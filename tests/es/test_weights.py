@@ -61,6 +61,36 @@ def test_bf16_update_rounds_small_coordinates_away_but_master_keeps_them():
     assert not torch.equal(master, params(torch.bfloat16)["norm.weight"].float()), "fp32 master keeps the update"
 
 
+def test_paper_bf16_shadow_is_the_fp32_trajectory_of_the_same_updates():
+    """The shadow lets drift be split into what the updates intended and what bf16 rounding added."""
+    p = params(torch.bfloat16)
+    start = {k: v.to(torch.float32) for k, v in p.items()}
+    ed = WeightEditor(p, "paper-bf16")
+    expected = {k: v.clone() for k, v in start.items()}
+    for step in range(3):
+        seeds = [member_seed(2, step, i) for i in range(6)]
+        coeffs = [1e-4 * (i - 2.5) for i in range(6)]
+        for s_, c in zip(seeds, coeffs, strict=True):
+            ed.perturb(s_, 1e-3)
+            ed.restore()
+            for k in expected:
+                expected[k] += c * noise(s_, k, expected[k].shape)
+        ed.update(seeds, coeffs)
+    ideal = ed.ideal_state()
+    for k in p:
+        assert torch.allclose(ideal[k], expected[k], atol=1e-6), k
+        assert not torch.equal(p[k].to(torch.float32), ideal[k]), "bf16 weights differ from the exact trajectory"
+    # a checkpoint round trip restores the shadow too
+    other = WeightEditor(params(torch.bfloat16), "paper-bf16")
+    other.load_master_state(ed.master_state())
+    other.load_ideal_state(ideal)
+    assert all(torch.equal(other.ideal_state()[k], ideal[k]) for k in p)
+    # in fp32-master mode the ideal trajectory is the master itself
+    exact = WeightEditor(params(torch.float32), "fp32-master")
+    exact.update(seeds, coeffs)
+    assert all(torch.equal(exact.ideal_state()[k], exact.master[k]) for k in p)
+
+
 def test_update_applies_alpha_over_n_sum_z_eps_in_fp32():
     p = params()
     start = {k: v.clone() for k, v in p.items()}

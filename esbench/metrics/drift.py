@@ -1,0 +1,154 @@
+"""Parameter drift between a trained model and its start: whole-model and per parameter group, in fp32.
+
+Paper: arXiv 2608.27351, Table 4 (relative whole-model L2 distance ‖θ−θ₀‖/‖θ₀‖, ES 40.7–44.1× GRPO; the largest
+|Δθ| coordinates by group; magnitude thresholding), Tables 11–12 (functional sparsity: keeping only |Δθ| ≥ τ),
+and its bf16 discussion: public ES code restores perturbations by bf16 subtraction, so part of the reported drift
+is rounding. `bf16_steps` tells whether a coordinate's change is a whole number of bf16 steps, the signature of
+a rounding artefact rather than a learned change.
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+from collections.abc import Iterable, Mapping
+
+import torch
+
+GROUPS = ("embeddings", "lm_head", "attention", "mlp", "norms", "biases", "other")
+
+_RULES = [
+    ("biases", re.compile(r"\.bias$")),
+    ("norms", re.compile(r"norm", re.I)),
+    ("embeddings", re.compile(r"embed|wte|wpe", re.I)),
+    ("lm_head", re.compile(r"lm_head|output\.weight$")),
+    ("attention", re.compile(r"attn|attention|q_proj|k_proj|v_proj|o_proj", re.I)),
+    ("mlp", re.compile(r"mlp|ffn|feed_forward|gate_proj|up_proj|down_proj", re.I)),
+]
+
+
+def group_of(name: str) -> str:
+    """The parameter group of a tensor name (biases first: an attention bias counts as a bias, as in Table 4)."""
+    for group, rule in _RULES:
+        if rule.search(name):
+            return group
+    return "other"
+
+
+def unique_parameters(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Named parameters with tied tensors counted once (under their first name)."""
+    seen: set[int] = set()
+    out = {}
+    for name, p in model.named_parameters():
+        if id(p) not in seen:
+            seen.add(id(p))
+            out[name] = p.detach()
+    return out
+
+
+def bf16_step(x: torch.Tensor) -> torch.Tensor:
+    """The spacing of bf16 numbers at |x| (8 significant bits): 2^(floor(log2|x|) − 7); 2^-133 near zero."""
+    x = x.to(torch.float32).abs().clamp_min(2.0**-126)
+    return torch.exp2(torch.floor(torch.log2(x)) - 7)
+
+
+def bf16_steps(theta0: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+    """(θ − bf16(θ₀)) in units of the bf16 step at bf16(θ₀), in fp64 (an integer for bf16-rounded changes)."""
+    start = theta0.to(torch.bfloat16).to(torch.float64)
+    return (theta.to(torch.float64) - start) / bf16_step(start).to(torch.float64)
+
+
+def drift(
+    start: Mapping[str, torch.Tensor],
+    end: Mapping[str, torch.Tensor],
+    ideal: Mapping[str, torch.Tensor] | None = None,
+    top: int = 100,
+) -> dict:
+    """Relative L2 drift, per-group shares and the `top` largest |Δθ| coordinates.
+
+    `ideal` (optional) is the fp32 trajectory the update rule intended (ES's fp32 master or shadow); then the
+    rounding residual θ − ideal is reported as a share of the squared drift.
+    """
+    sq_delta = sq_base = sq_round = 0.0
+    groups = {g: {"params": 0, "sq_delta": 0.0, "sq_base": 0.0} for g in GROUPS}
+    heap: list[tuple[float, str, int, float, float, float]] = []  # min-heap (|Δ|, name, index, θ₀, Δ, steps)
+    changed = total = 0
+    for name, t0 in start.items():
+        a = t0.to(torch.float32).flatten()
+        d = end[name].to(torch.float32).flatten() - a
+        g = groups[group_of(name)]
+        g["params"] += a.numel()
+        ds, bs = float(d.pow(2).sum()), float(a.pow(2).sum())
+        g["sq_delta"] += ds
+        g["sq_base"] += bs
+        sq_delta += ds
+        sq_base += bs
+        changed += int((d != 0).sum())
+        total += d.numel()
+        if ideal is not None:
+            sq_round += float(
+                (end[name].to(torch.float32).flatten() - ideal[name].to(torch.float32).flatten()).pow(2).sum()
+            )
+        k = min(top, d.numel())
+        vals, idx = d.abs().topk(k)
+        steps = bf16_steps(a[idx], a[idx] + d[idx]).tolist()
+        for v, i, st in zip(vals.tolist(), idx.tolist(), steps, strict=True):
+            item = (v, name, i, float(a[i]), float(d[i]), st)
+            if len(heap) < top:
+                heapq.heappush(heap, item)
+            elif item > heap[0]:
+                heapq.heapreplace(heap, item)
+    top_items = sorted(heap, reverse=True)
+    top_rows = []
+    for _, name, i, a0, dv, st in top_items:
+        top_rows.append(
+            {"name": name, "group": group_of(name), "index": i, "theta0": a0, "delta": dv, "bf16_steps": st}
+        )
+    out = {
+        "relative_l2": (sq_delta / sq_base) ** 0.5 if sq_base else 0.0,
+        "l2": sq_delta**0.5,
+        "base_l2": sq_base**0.5,
+        "changed_fraction": changed / max(total, 1),
+        "max_abs_delta": top_items[0][0] if top_items else 0.0,
+        "groups": {
+            g: {
+                "params": v["params"],
+                "share": v["sq_delta"] / sq_delta if sq_delta else 0.0,
+                "relative_l2": (v["sq_delta"] / v["sq_base"]) ** 0.5 if v["sq_base"] else 0.0,
+                "top": sum(r["group"] == g for r in top_rows),
+            }
+            for g, v in groups.items()
+            if v["params"]
+        },
+        "top": top_rows,
+        "top_bf16_step_share": step_multiple_share(top_rows),
+    }
+    if ideal is not None:
+        out["rounding_share"] = sq_round / sq_delta if sq_delta else 0.0
+    return out
+
+
+def step_multiple_share(rows: Iterable[dict], tol: float = 1e-3) -> float:
+    """Share of coordinates whose change is a non-zero whole number of bf16 steps."""
+    rows = list(rows)
+    hits = sum(
+        1 - tol <= abs(s) < 2**20 and abs(s - round(s)) <= tol  # past 2^20 steps (θ₀ ≈ 0) the test means nothing
+        for s in (r["bf16_steps"] for r in rows)
+    )
+    return hits / len(rows) if rows else 0.0
+
+
+@torch.no_grad()
+def threshold(start: Mapping[str, torch.Tensor], end: Mapping[str, torch.Tensor], tau: float) -> tuple[dict, dict]:
+    """θ₀ + Δ·1[|Δ| ≥ τ] per tensor, and the stats: sparsity (% of coordinates dropped) and relative drift kept."""
+    out, dropped, total, sq, sq_base = {}, 0, 0, 0.0, 0.0
+    for name, t0 in start.items():
+        a = t0.to(torch.float32)
+        d = end[name].to(torch.float32) - a
+        keep = d.abs() >= tau
+        out[name] = a + d * keep
+        dropped += int((~keep).sum())
+        total += d.numel()
+        sq += float((d * keep).pow(2).sum())
+        sq_base += float(a.pow(2).sum())
+    return out, {"tau": tau, "sparsity_pct": 100.0 * dropped / max(total, 1), "relative_l2": (sq / sq_base) ** 0.5}

@@ -1,0 +1,78 @@
+"""Drift, parameter groups, bf16 steps and magnitude thresholding on constructed weights."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from esbench.metrics.drift import bf16_steps, drift, group_of, step_multiple_share, threshold
+
+NAMES = {
+    "model.embed_tokens.weight": "embeddings",
+    "lm_head.weight": "lm_head",
+    "model.layers.0.self_attn.q_proj.weight": "attention",
+    "model.layers.0.self_attn.q_proj.bias": "biases",
+    "model.layers.0.mlp.down_proj.weight": "mlp",
+    "model.layers.0.input_layernorm.weight": "norms",
+    "model.norm.weight": "norms",
+}
+
+
+def test_groups_follow_table_4_naming():
+    assert {n: group_of(n) for n in NAMES} == NAMES
+
+
+def _weights(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return {n: torch.randn(8, 16, generator=g) for n in NAMES}
+
+
+def test_drift_of_a_known_perturbation():
+    start = _weights()
+    delta = {n: torch.zeros_like(t) for n, t in start.items()}
+    delta["model.layers.0.mlp.down_proj.weight"][0, :4] = torch.tensor([0.3, -0.4, 0.0, 0.0])  # norm 0.5
+    delta["model.layers.0.input_layernorm.weight"][1, 1] = 1.2  # the largest coordinate
+    end = {n: start[n] + delta[n] for n in start}
+    out = drift(start, end, top=3)
+    base = sum(float(t.pow(2).sum()) for t in start.values()) ** 0.5
+    assert out["l2"] == pytest.approx((0.25 + 1.44) ** 0.5, rel=1e-5)
+    assert out["relative_l2"] == pytest.approx(out["l2"] / base, rel=1e-5)
+    assert out["groups"]["mlp"]["share"] == pytest.approx(0.25 / 1.69, rel=1e-4)
+    assert out["groups"]["norms"]["share"] == pytest.approx(1.44 / 1.69, rel=1e-4)
+    assert out["groups"]["attention"]["share"] == 0.0
+    assert [r["group"] for r in out["top"]] == ["norms", "mlp", "mlp"]
+    assert out["top"][0]["delta"] == pytest.approx(1.2, rel=1e-5)
+    assert out["max_abs_delta"] == pytest.approx(1.2, rel=1e-5)
+    assert out["changed_fraction"] == pytest.approx(3 / (16 * 8 * len(NAMES)))
+    assert sum(g["top"] for g in out["groups"].values()) == 3
+
+
+def test_rounding_share_splits_drift_from_its_ideal_trajectory():
+    start = _weights()
+    end = {n: t + 0.01 for n, t in start.items()}
+    assert drift(start, end, ideal=end)["rounding_share"] == pytest.approx(0.0)
+    assert drift(start, end, ideal=start)["rounding_share"] == pytest.approx(1.0, rel=1e-5)
+
+
+def test_bf16_steps_and_step_multiples():
+    theta0 = torch.tensor([1.0, 0.75, 3.0, 1.0])
+    theta = torch.tensor([1.0 + 3 * 2**-7, 0.75 - 2**-8, 3.0 + 0.5 * 2**-6, 1.0 + 1e-4])
+    steps = bf16_steps(theta0, theta)
+    assert steps.tolist()[:3] == pytest.approx([3.0, -1.0, 0.5])
+    rows = [{"bf16_steps": s} for s in steps.tolist()]
+    assert step_multiple_share(rows) == pytest.approx(0.5)  # 3 and -1 steps; half a step and 1e-4 are not
+
+
+def test_threshold_keeps_exactly_the_coordinates_at_or_above_tau():
+    t = 2.0**-10  # dyadic values: the differences are exact in fp32, so "at tau" is unambiguous
+    start = {"a.weight": torch.zeros(2, 3), "b.weight": torch.ones(4)}
+    end = {
+        "a.weight": torch.tensor([[t / 2, -2 * t, t], [0.0, -0.875 * t, 0.5]]),
+        "b.weight": torch.ones(4) + torch.tensor([t, -t, t / 16, 0.0]),
+    }
+    kept, stats = threshold(start, end, t)
+    assert torch.equal(kept["a.weight"], torch.tensor([[0.0, -2 * t, t], [0.0, 0.0, 0.5]]))
+    assert torch.equal(kept["b.weight"], torch.tensor([1 + t, 1 - t, 1.0, 1.0]))
+    assert stats["sparsity_pct"] == pytest.approx(100 * 5 / 10)  # 5 of 10 coordinates dropped
+    full = drift(start, end)["relative_l2"]
+    assert 0 < stats["relative_l2"] < full
