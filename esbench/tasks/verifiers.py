@@ -3,6 +3,10 @@
 `hash_answer` follows the paper's GSM8K gold rule: the number after `####` (regex
 `####\\s*(-?[0-9][0-9,]*(?:\\.[0-9]+)?)`, commas stripped). The same rule reads the tiny model's answers, so one
 verifier serves the synthetic families and GSM8K-format data.
+
+The paper's tasks (arXiv 2608.27351, Tables 2-5) use the verifiers in `esbench.tasks.paper_verifiers`: math-verify
+configured as the authors' artifact configures it, multiple-choice letters, HotpotQA exact match, a Countdown
+equation checker and MBPP test execution in the sandbox. They are registered in `VERIFIERS` below.
 """
 
 from __future__ import annotations
@@ -17,10 +21,13 @@ _HASH = re.compile(r"####\s*(-?[0-9][0-9,]*(?:\.[0-9]+)?)")
 class Verdict:
     answer: str | None  # normalised extracted answer; None when extraction failed (abstains in Maj@k)
     correct: bool
+    # whether the response has the requested answer format (the paper's 0.1 reward: "boxed but wrong"); by default
+    # an extracted answer counts as formatted
+    format_ok: bool | None = None
 
     @property
     def formatted(self) -> bool:
-        return self.answer is not None
+        return self.answer is not None if self.format_ok is None else self.format_ok
 
 
 def normalise_number(text: str) -> str:
@@ -51,4 +58,23 @@ def verify_exact(response: str, gold: str) -> Verdict:
     return Verdict(answer, answer == gold)
 
 
-VERIFIERS = {"hash": verify_hash, "exact": verify_exact}
+def _paper(name: str):
+    """Lazy import: math-verify and the sandbox load only when a paper task is verified."""
+
+    def verify(response: str, gold: str) -> Verdict:
+        from esbench.tasks import paper_verifiers
+
+        return getattr(paper_verifiers, name)(response, gold)
+
+    return verify
+
+
+VERIFIERS = {
+    "hash": verify_hash,
+    "exact": verify_exact,
+    "math": _paper("verify_math"),
+    "choice": _paper("verify_choice"),
+    "hotpot": _paper("verify_hotpot"),
+    "countdown": _paper("verify_countdown"),
+    "mbpp": _paper("verify_mbpp"),
+}

@@ -40,3 +40,13 @@ def process_results(doc: dict, results: list[str]) -> dict[str, float]:
     task = get_task(doc["task"])
     verdicts = [task.verify(r, doc["answer"]) for r in flatten(results)]
     return {"pass@1": sum(v.correct for v in verdicts) / len(verdicts)}
+
+
+def load_task(task: str, **_: object):
+    """The test split of any registered task as an HF `DatasetDict` (paper tasks: the pinned hub dataset)."""
+    import datasets
+
+    from esbench.tasks import get_task
+
+    rows = [{**row, "task": task} for row in get_task(task).rows("test")]
+    return datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})

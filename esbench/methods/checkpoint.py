@@ -1,0 +1,60 @@
+"""`checkpoint`: evaluate released weights instead of training; trains nothing.
+
+Paper: arXiv 2608.27351, Table 3: the hard setting's GRPO row is the released SofT-GRPO checkpoint (Zheng & Lee,
+arXiv 2509.20317), which the authors did not train. A suite reproduces that row the same way:
+
+    methods:
+      grpo: {method: checkpoint, path: zz1358m/SofT-GRPO-master, subfolder: ..., revision: <commit>}
+      grpo-es: {sequence: [grpo, es]}     # ES starting from those weights
+
+The runner loads `path`/`revision`/`subfolder` in place of the cell's model (same `load_model`, so provenance records
+the checkpoint's revision or weights hash). As the first stage of a sequence it supplies the starting weights.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from esbench.methods import Method, TrainResult
+
+
+class CheckpointConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str = Field(description="Hugging Face id or local directory of the released weights.")
+    revision: str | None = Field(None, description="Hub commit to pin.")
+    subfolder: str | None = Field(None, description="Folder inside the repository holding config and weights.")
+    dtype: Literal["float32", "bfloat16", "float16"] | None = Field(None, description="Default: the cell model's.")
+
+    @field_validator("path")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        from esbench.models import check_model_path
+
+        check_model_path(v)
+        return v
+
+
+class Checkpoint(Method):
+    trains = False
+    loads_weights = True  # the runner loads this config's weights as the cell's model
+    Config = CheckpointConfig
+
+    def train(self, model, tokenizer, train_data, reward, budget, config, ctx):
+        return TrainResult(model=model)
+
+
+def model_to_load(method: dict[str, Any], cell_model: dict[str, Any]) -> dict[str, Any]:
+    """`load_model` arguments for a cell: its model, or the checkpoint its method (or first stage) names."""
+    kind, config = method["kind"], method["config"]
+    if kind == "sequence" and config["stages"] and config["stages"][0]["kind"] == "checkpoint":
+        kind, config = "checkpoint", config["stages"][0]["config"]
+    if kind != "checkpoint":
+        return dict(cell_model)
+    out = {"path": config["path"], "revision": config.get("revision"), "dtype": config.get("dtype")}
+    out["dtype"] = out["dtype"] or cell_model.get("dtype", "float32")
+    if config.get("subfolder"):
+        out["subfolder"] = config["subfolder"]
+    return out

@@ -1,0 +1,208 @@
+"""The paper's datasets (arXiv 2608.27351, Tables 2-5), loaded through Hugging Face `datasets` at pinned revisions.
+
+Every source names its hub id, config, revision and split, and a normaliser that turns one raw row into an esbench
+row `{"id", "question", "answer"}` with a *string* answer (structured golds such as MBPP tests or a Countdown
+target with its numbers are JSON-encoded). Only `question` reaches the prompt; the chat template and the math
+system prompt are added by `TaskDef.prompt` (training) and by lm-eval (`apply_chat_template`, evaluation).
+
+Offline mirrors: when `ESBENCH_DATASETS_DIR` is set and holds `<hub id>[/<config>]/`, that folder is loaded with the
+same `datasets.load_dataset` call (files named after their split: `test.jsonl`, `validation.parquet`, ...). The
+tests point it at hand-written fixture rows in each dataset's real schema.
+
+Revisions: a 40-hex commit where one could be confirmed from public pins; `None` marks a source whose revision
+was not verified here (see `UNPINNED`); those load the hub's default branch and record the resolved fingerprint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ENV_DIR = "ESBENCH_DATASETS_DIR"
+
+
+@dataclass(frozen=True)
+class HubSource:
+    path: str  # hub dataset id
+    name: str | None  # config
+    revision: str | None
+    splits: dict[str, str]  # esbench split (train/test) -> hub split
+    normalise: Callable[[dict[str, Any], int], dict[str, str]]
+
+    def local_dir(self) -> Path | None:
+        root = os.environ.get(ENV_DIR)
+        if not root:
+            return None
+        d = Path(root) / self.path / (self.name or "")
+        return d if d.is_dir() else None
+
+    def provenance(self, split: str) -> dict[str, Any]:
+        local = self.local_dir()
+        return {
+            "hub_id": self.path,
+            "config": self.name,
+            "revision": self.revision,
+            "split": self.splits.get(split),
+            "local_mirror": str(local) if local else None,
+        }
+
+
+def load_raw(src: HubSource, split: str):
+    """The raw HF `Dataset` of `split` (esbench name): from the local mirror if there is one, else the hub."""
+    import datasets
+
+    if split not in src.splits:
+        raise ValueError(f"{src.path} has no {split!r} split here; it has {sorted(src.splits)}")
+    hub_split = src.splits[split]
+    local = src.local_dir()
+    if local is not None:
+        return datasets.load_dataset(str(local), split=hub_split)
+    return datasets.load_dataset(src.path, src.name, revision=src.revision, split=hub_split)
+
+
+def load_rows(src: HubSource, split: str, size: int | None = None) -> list[dict[str, str]]:
+    raw = load_raw(src, split)
+    n = len(raw) if size is None else min(size, len(raw))
+    return [src.normalise(raw[i], i) for i in range(n)]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# normalisers: raw row in the dataset's real schema -> {"id", "question", "answer"}
+
+
+def _gsm8k(row, i):
+    from esbench.tasks.verifiers import hash_answer
+
+    gold = hash_answer(row["answer"])
+    if gold is None:
+        raise ValueError(f"GSM8K row {i} has no '#### <number>' answer")
+    return {"id": f"gsm8k-{i}", "question": row["question"].strip(), "answer": gold}
+
+
+def _math(question_key: str, id_key: str | None = None):
+    """Problem/answer datasets; `problem` and `question` are both accepted (mirrors rename the column)."""
+
+    def norm(row, i):
+        rid = row.get(id_key) if id_key else None
+        question = row.get(question_key, row.get("problem", row.get("question")))
+        return {
+            "id": str(rid if rid is not None else i),
+            "question": str(question).strip(),
+            "answer": str(row["answer"]).strip(),
+        }
+
+    return norm
+
+
+LETTERS = "ABCDEFGHIJ"
+
+
+def _csqa(row, i):
+    labels, texts = row["choices"]["label"], row["choices"]["text"]
+    options = "\n".join(f"({lab}) {txt}" for lab, txt in zip(labels, texts, strict=True))
+    q = f"{row['question'].strip()}\n\nAnswer Choices:\n{options}\n\nAnswer with the letter of the correct choice."
+    return {"id": row["id"], "question": q, "answer": row["answerKey"].strip()}
+
+
+def _gpqa(row, i):
+    """Options shuffled with a seed from the record id, so the gold letter is stable and not always A."""
+    rid = row.get("Record ID") or str(i)
+    options = [row["Correct Answer"], row["Incorrect Answer 1"], row["Incorrect Answer 2"], row["Incorrect Answer 3"]]
+    options = [str(o).strip() for o in options]
+    order = list(range(4))
+    random.Random(int(hashlib.sha256(rid.encode()).hexdigest()[:16], 16)).shuffle(order)
+    shown = [options[j] for j in order]
+    gold = LETTERS[order.index(0)]
+    lines = "\n".join(f"({LETTERS[k]}) {o}" for k, o in enumerate(shown))
+    q = f"{row['Question'].strip()}\n\nAnswer Choices:\n{lines}\n\nAnswer with the letter of the correct choice."
+    return {"id": rid, "question": q, "answer": gold}
+
+
+def _hotpot(row, i):
+    """Distractor setting: the question with its ten paragraphs (two gold, eight distractors)."""
+    ctx = row["context"]
+    paras = [f"{t}: {''.join(s).strip()}" for t, s in zip(ctx["title"], ctx["sentences"], strict=True)]
+    q = "Context:\n" + "\n\n".join(paras) + f"\n\nQuestion: {row['question'].strip()}\nAnswer with a short phrase."
+    return {"id": row["id"], "question": q, "answer": row["answer"].strip()}
+
+
+def countdown_question(target: int, nums: list[int]) -> str:
+    return (
+        f"Using the numbers {nums}, create an equation that equals {target}. You can use basic arithmetic "
+        "operations (+, -, *, /) and each number must be used exactly once. Give the equation as your final answer."
+    )
+
+
+def _countdown(row, i):
+    nums = [int(n) for n in row["nums"]]
+    target = int(row["target"])
+    return {
+        "id": f"countdown-{i}",
+        "question": countdown_question(target, nums),
+        "answer": json.dumps({"target": target, "nums": nums}),
+    }
+
+
+def _mbpp(row, i):
+    tests = list(row["test_list"])
+    q = (
+        f"{row['prompt'].strip()}\nYour code should pass these tests:\n\n"
+        + "\n".join(tests)
+        + "\n\nWrite the Python function in a ```python code block."
+    )
+    gold = {"test_list": tests, "test_imports": list(row.get("test_imports") or [])}
+    return {"id": str(row["task_id"]), "question": q, "answer": json.dumps(gold)}
+
+
+SOURCES: dict[str, HubSource] = {
+    "gsm8k": HubSource(
+        "openai/gsm8k", "main", "740312add88f781978c0658806c59bc2815b9866", {"train": "train", "test": "test"}, _gsm8k
+    ),
+    "deepscaler": HubSource(
+        "agentica-org/DeepScaleR-Preview-Dataset",
+        None,
+        "b6ae8c60f5c1f2b594e2140b91c49c9ad0949e29",
+        {"train": "train"},
+        _math("problem"),
+    ),
+    "aime24": HubSource(
+        "HuggingFaceH4/aime_2024",
+        None,
+        "2fe88a2f1091d5048c0f36abc874fb997b3dd99a",
+        {"test": "train"},
+        _math("problem", "id"),
+    ),
+    "aime25": HubSource(
+        "math-ai/aime25", None, "563bb8404243c5f09de6ec262f2db674fe5bce9b", {"test": "test"}, _math("problem", "id")
+    ),
+    "amc23": HubSource("math-ai/amc23", None, None, {"test": "test"}, _math("question", "id")),
+    "math500": HubSource(
+        "HuggingFaceH4/MATH-500",
+        None,
+        "6e4ed1a2a79af7d8630a6b768ec859cb5af4d3be",
+        {"test": "test"},
+        _math("problem", "unique_id"),
+    ),
+    "commonsense_qa": HubSource(
+        "tau/commonsense_qa", None, "94630fe30dad47192a8546eb75f094926d47e155", {"test": "validation"}, _csqa
+    ),
+    "hotpotqa": HubSource("hotpotqa/hotpot_qa", "distractor", None, {"test": "validation"}, _hotpot),
+    "gpqa_diamond": HubSource("Idavidrein/gpqa", "gpqa_diamond", None, {"test": "train"}, _gpqa),
+    "mbpp": HubSource(
+        "google-research-datasets/mbpp",
+        "sanitized",
+        "4bb6404fdc6cacfda99d4ac4205087b89d32030c",
+        {"test": "test"},
+        _mbpp,
+    ),
+    "countdown": HubSource("HuggingFaceTB/Countdown-Task-GOLD", "test", None, {"test": "test"}, _countdown),
+}
+
+# Sources whose revision could not be confirmed offline; pin them on a machine with hub access.
+UNPINNED = frozenset(name for name, s in SOURCES.items() if s.revision is None)

@@ -1,0 +1,157 @@
+"""The MBPP sandbox contains hostile programs and leaves nothing behind."""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from esbench.tasks import sandbox
+from esbench.tasks.sandbox import run_python, run_tests
+
+
+def _sandbox_dirs() -> set[str]:
+    return {p.name for p in Path(tempfile.gettempdir()).glob("esbench-sandbox-*")}
+
+
+def _children() -> set[int]:
+    """Live descendants of this test process (from /proc), to show no sandboxed process survives."""
+    me, out, frontier = os.getpid(), set(), {os.getpid()}
+    procs = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+                procs[int(d.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    while frontier:
+        frontier = {pid for pid, ppid in procs.items() if ppid in frontier} - out
+        out |= frontier
+    out.discard(me)
+    return out
+
+
+@pytest.fixture(autouse=True)
+def _nothing_left_behind():
+    before_dirs, before_kids = _sandbox_dirs(), _children()
+    yield
+    time.sleep(0.2)
+    assert _sandbox_dirs() == before_dirs, "a sandbox working directory was left behind"
+    assert _children() <= before_kids, "a sandboxed process survived"
+
+
+def test_ordinary_program_runs_and_reports_failure():
+    ok = run_python("print(sum(range(10)))")
+    assert ok.passed and ok.stdout.strip() == "45"
+    bad = run_python("assert 1 == 2")
+    assert not bad.passed and "AssertionError" in bad.stderr
+
+
+def test_mbpp_protocol_passes_only_correct_code():
+    code = "def add(a, b):\n    return a + b\n"
+    assert run_tests(code, ["assert add(1, 2) == 3", "assert add(-1, 1) == 0"])
+    assert not run_tests(code, ["assert add(1, 2) == 4"])
+    assert run_tests("def f(x):\n    return math.sqrt(x)", ["assert f(4) == 2"], imports=["import math"])
+
+
+def test_writes_inside_the_working_directory_are_allowed():
+    r = run_python("open('scratch.txt', 'w').write('x'); import os; os.remove('scratch.txt'); print('ok')")
+    assert r.passed, r.stderr
+
+
+def test_infinite_loop_is_killed_by_the_timeout():
+    t0 = time.perf_counter()
+    r = run_python("while True:\n    pass\n", timeout=2)
+    assert not r.passed
+    assert time.perf_counter() - t0 < 10
+
+
+def test_sleeping_program_is_killed_at_the_wall_clock_timeout():
+    r = run_python("import time\ntime.sleep(60)", timeout=1.5)
+    assert r.timed_out and r.returncode is None and r.seconds < 10
+
+
+def test_fork_bomb_is_contained():
+    r = run_python("import os\nwhile True:\n    os.fork()\n", timeout=5)
+    assert not r.passed
+    assert "PermissionError" in r.stderr
+
+
+def test_subprocess_is_refused():
+    r = run_python("import subprocess\nsubprocess.run(['true'])", timeout=5)
+    assert not r.passed and "PermissionError" in r.stderr
+
+
+def test_memory_bomb_is_contained():
+    r = run_python("x = bytearray(8 * 1024**3)\nprint('allocated')", timeout=10, memory_mb=512)
+    assert not r.passed
+    assert "allocated" not in r.stdout and "MemoryError" in r.stderr
+
+
+def test_write_to_tmp_outside_its_directory_is_refused():
+    target = Path(tempfile.gettempdir()) / f"esbench-escape-{os.getpid()}.txt"
+    r = run_python(f"open({str(target)!r}, 'w').write('escaped')")
+    assert not r.passed and "PermissionError" in r.stderr
+    assert not target.exists()
+
+
+def test_write_to_the_repository_is_refused(repo):
+    target = repo / "ESCAPED_FROM_SANDBOX.txt"
+    r = run_python(f"import os\nfd = os.open({str(target)!r}, os.O_WRONLY | os.O_CREAT)\nos.write(fd, b'x')")
+    assert not r.passed
+    assert not target.exists()
+    r = run_python(f"import os\nos.remove({str(repo / 'pyproject.toml')!r})")
+    assert not r.passed and (repo / "pyproject.toml").exists()
+    r = run_python(f"import os\nos.rename('x', {str(repo / 'moved.txt')!r})")
+    assert not r.passed and not (repo / "moved.txt").exists()
+
+
+def test_socket_connect_is_refused():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(5)
+    port = server.getsockname()[1]
+    accepted = []
+    t = threading.Thread(target=lambda: _accept(server, accepted), daemon=True)
+    t.start()
+    r = run_python(f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=2)\nprint('connected')")
+    t.join(6)
+    server.close()
+    assert not r.passed and "connected" not in r.stdout
+    assert not accepted, "the sandboxed program reached a socket on the host"
+
+
+def _accept(server, accepted):
+    try:
+        conn, _ = server.accept()
+        accepted.append(conn)
+        conn.close()
+    except OSError:
+        pass
+
+
+def test_killing_its_parent_is_refused():
+    r = run_python("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint('sent')")
+    assert not r.passed and "sent" not in r.stdout
+    assert "PermissionError" in r.stderr
+
+
+def test_ctypes_is_refused():
+    r = run_python("import ctypes\nctypes.CDLL(None).fork()\nprint('forked')", timeout=5)
+    assert not r.passed and "forked" not in r.stdout
+
+
+def test_network_namespace_mode_is_reported():
+    assert sandbox.mode() in ("netns", "audit")
+    if sandbox.mode() == "netns":  # the kernel layer alone (no hook) also has no route out
+        r = run_python("print(open('/proc/net/dev').read())")
+        assert r.passed
+        ifaces = [ln.split(":")[0].strip() for ln in r.stdout.splitlines()[2:] if ":" in ln]
+        assert ifaces == ["lo"]
