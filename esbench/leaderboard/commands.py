@@ -1,0 +1,135 @@
+"""Command-line entry points: `esbench submit`, `esbench leaderboard verify|build|release` (DESIGN.md contract).
+
+Exit codes: 0 accepted / built; 1 rejected (every reason listed); 2 bad input (no such folder, unknown release).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from esbench.leaderboard.release import CURRENT, default_root
+
+EXIT_REJECTED = 1
+EXIT_INVALID = 2
+
+
+def _print_report(report, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(report.to_json(), indent=2))
+        return
+    if report.ok:
+        print(f"ACCEPTED {report.path} (release {report.release}, {len(report.cells)} cells verified)")
+    else:
+        print(f"REJECTED {report.path} (release {report.release}): {len(report.reasons)} reasons", file=sys.stderr)
+        for r in report.reasons:
+            print(f"  - {r}", file=sys.stderr)
+    for n in report.notes:
+        print(f"  note: {n}")
+
+
+def cmd_submit(args) -> int:
+    from esbench.leaderboard.submit import SubmitError, submit
+
+    try:
+        dest, report = submit(Path(args.run_dir), args.name, Path(args.root), args.release)
+    except SubmitError as e:
+        print(f"esbench submit: {e}", file=sys.stderr)
+        if e.report is not None:
+            _print_report(e.report, False)
+            return EXIT_REJECTED
+        return EXIT_INVALID
+    print(f"submission written to {dest}")
+    _print_report(report, False)
+    return 0
+
+
+def cmd_verify(args) -> int:
+    from esbench.leaderboard.verify import verify
+
+    path = Path(args.path)
+    if not path.is_dir():
+        print(f"esbench leaderboard verify: {path}: no such submission folder", file=sys.stderr)
+        return EXIT_INVALID
+    report = verify(path, Path(args.root), args.release)
+    _print_report(report, args.json)
+    return 0 if report.ok else EXIT_REJECTED
+
+
+def cmd_build(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from esbench.leaderboard.board import build_board
+    from esbench.leaderboard.release import load_release
+    from esbench.leaderboard.render import render
+
+    root = Path(args.root)
+    try:
+        release = load_release(root, args.release)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"esbench leaderboard build: {e}", file=sys.stderr)
+        return EXIT_INVALID
+    board = build_board(root, release)
+    written = render(board, root)
+    console = Console()
+    table = Table(title=f"leaderboard {release['id']}: {len(board.accepted)} accepted, {len(board.rejected)} rejected")
+    for col in ("submission", "status", "cells", "entries / first reason"):
+        table.add_column(col)
+    for r in board.accepted:
+        n = sum(1 for e in board.entries if e.submission == r.submission.get("name"))
+        table.add_row(r.path.name, "[green]accepted[/green]", str(len(r.cells)), f"{n} entries")
+    for r in board.rejected:
+        table.add_row(r.path.name, "[red]rejected[/red]", str(len(r.cells)), r.reasons[0])
+    console.print(table)
+    for p in written[:2]:
+        console.print(f"wrote {p}")
+    console.print(f"wrote {len(written) - 2} plots under {root / 'site' / 'plots'}")
+    return EXIT_REJECTED if board.rejected else 0
+
+
+def cmd_release(args) -> int:
+    from esbench.leaderboard.release import write_release
+    from esbench.spec import SuiteError
+
+    try:
+        d = write_release(
+            Path(args.root), args.id, [Path(s) for s in args.suite], Path(args.reference), args.date, args.notes
+        )
+    except (FileExistsError, ValueError, SuiteError) as e:
+        print(f"esbench leaderboard release: {e}", file=sys.stderr)
+        return EXIT_INVALID
+    print(f"release {args.id} frozen in {d}")
+    return 0
+
+
+def add_parsers(sub) -> None:
+    """Register `submit` and `leaderboard` on the main parser's subcommands."""
+    root_help = "leaderboard folder (default: ./leaderboard)"
+    s = sub.add_parser("submit", help="package a finished run as leaderboard/submissions/NAME (verified first)")
+    s.add_argument("run_dir", help="runs/<suite> (or an output root holding one suite)")
+    s.add_argument("--name", required=True, help="submission name; also its folder (must be new)")
+    s.add_argument("--root", default=str(default_root()), help=root_help)
+    s.add_argument("--release", default=CURRENT, help=f"release id (default: {CURRENT})")
+    s.set_defaults(fn=cmd_submit)
+
+    lb = sub.add_parser("leaderboard", help="verify submissions and render the leaderboard")
+    lsub = lb.add_subparsers(dest="leaderboard_command", required=True)
+    v = lsub.add_parser("verify", help="accept (exit 0) or reject (exit 1, every reason) a submission")
+    v.add_argument("path")
+    v.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    b = lsub.add_parser("build", help="render leaderboard/README.md and leaderboard/site/ from verified submissions")
+    for p in (v, b):
+        p.add_argument("--root", default=str(default_root()), help=root_help)
+        p.add_argument("--release", default=CURRENT, help=f"release id (default: {CURRENT})")
+    v.set_defaults(fn=cmd_verify)
+    b.set_defaults(fn=cmd_build)
+    r = lsub.add_parser("release", help="freeze a new release (maintainers): suites, reference, rule, task pins")
+    r.add_argument("id", help="vMAJOR.MINOR, new")
+    r.add_argument("--suite", action="append", required=True, help="suite YAML to freeze (repeatable)")
+    r.add_argument("--reference", default=str(default_root() / "reference"), help="folder of reference JSON files")
+    r.add_argument("--date", required=True, help="release date, YYYY-MM-DD")
+    r.add_argument("--notes", default="", help="one line for the CHANGELOG and the page")
+    r.add_argument("--root", default=str(default_root()), help=root_help)
+    r.set_defaults(fn=cmd_release)

@@ -1,0 +1,211 @@
+"""Releases: `leaderboard/releases/vMAJOR.MINOR/release.json` freezes what makes numbers comparable.
+
+A release freezes the suites, the reference numbers, the record schema version, the comparison rule's parameters
+and the task and verifier versions. Every record carries the release it was produced under (`record["release"]`),
+and a submission is verified against exactly that release: numbers from different releases are never mixed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+CURRENT = "v1.0"
+_RELEASE_ID = re.compile(r"^v\d+\.\d+$")
+
+
+def default_root() -> Path:
+    """`./leaderboard` when run from a checkout (the CLI contract), else the one beside the package."""
+    here = Path("leaderboard")
+    if (here / "releases").is_dir():
+        return here
+    return Path(__file__).resolve().parents[2] / "leaderboard"
+
+
+def release_dir(root: Path, release_id: str) -> Path:
+    if not _RELEASE_ID.match(release_id):
+        raise ValueError(f"release id {release_id!r} is not of the form vMAJOR.MINOR")
+    return Path(root) / "releases" / release_id
+
+
+def load_release(root: Path, release_id: str = CURRENT) -> dict[str, Any]:
+    """The frozen release, with `dir` added so its suites and reference files can be found."""
+    d = release_dir(root, release_id)
+    path = d / "release.json"
+    if not path.exists():
+        known = (
+            sorted(p.name for p in (Path(root) / "releases").glob("v*")) if (Path(root) / "releases").is_dir() else []
+        )
+        raise FileNotFoundError(f"no release {release_id} under {root}/releases (known: {', '.join(known) or 'none'})")
+    rel = json.loads(path.read_text())
+    rel["dir"] = d
+    return rel
+
+
+def verifier_fingerprint(verifier_name: str) -> str:
+    """SHA-256 of a verifier's source and of the module-level helpers it calls (transitively).
+
+    Task `version` integers are bumped by hand; this fingerprint catches a verifier edited without a bump, which
+    would silently change what "correct" means for every number on the board.
+    """
+    from esbench.tasks import verifiers
+
+    fn = verifiers.VERIFIERS[verifier_name]
+    seen: dict[str, str] = {}
+    todo = [fn]
+    while todo:
+        f = todo.pop()
+        if f.__name__ in seen:
+            continue
+        seen[f.__name__] = inspect.getsource(f)
+        for name in f.__code__.co_names:
+            obj = getattr(verifiers, name, None)
+            if inspect.isfunction(obj) and obj.__module__ == verifiers.__name__:
+                todo.append(obj)
+    h = hashlib.sha256()
+    for name in sorted(seen):
+        h.update(seen[name].encode())
+    return h.hexdigest()
+
+
+# The comparison rule's parameters (ADR 0007). delta_pp is the pre-registered practical tolerance per metric, in
+# percentage points; warn_factor widens the reproduced band into the warn band.
+DEFAULT_RULE: dict[str, Any] = {
+    "quantile": 0.975,
+    "warn_factor": 2.0,
+    "delta_pp": {"pass@1": 1.0, "pass@16": 1.0, "pass@32": 1.0, "maj@16": 1.5, "maj@32": 1.5, "greedy": 1.0},
+    "delta_pp_default": 1.5,
+    "se_ref_pp_default": 0.0,
+    "single_seed_se": "per-problem bootstrap",
+}
+
+# Provenance a record must carry. Keys listed under `nullable` must be present but may be null (a local CPU run has
+# no container digest, CUDA or driver); the rest must be present and non-empty.
+REQUIRED_PROVENANCE: dict[str, list[str]] = {
+    "required": [
+        "esbench",
+        "git_commit",
+        "python",
+        "platform",
+        "packages.torch",
+        "packages.transformers",
+        "packages.lm_eval",
+        "packages.trl",
+        "seeds.cell",
+        "seeds.train",
+        "seeds.eval",
+        "model.path",
+        "model.state_sha256",
+        "final_weights_sha256",
+        "datasets.eval",
+    ],
+    "nullable": ["git_dirty", "container_image_digest", "cuda", "gpus", "driver", "packages.vllm"],
+}
+
+# Where cells of the paper's grid land in its tables. Only cells of the `suites` listed here (exactly as frozen in
+# the release, any seed) are compared with the paper; a cell then maps to a paper value through its model path,
+# method (kind, or `sequence:<stage kinds>`) and task. The hard setting's GRPO row is a released checkpoint.
+PAPER_MAP: dict[str, Any] = {
+    "suites": ["paper-easy", "paper-hard"],
+    "models": {
+        "Qwen/Qwen2.5-1.5B-Instruct": "Qwen2.5-1.5B-Instruct",
+        "meta-llama/Llama-3.2-3B-Instruct": "Llama-3.2-3B-Instruct",
+        "Qwen/Qwen2.5-7B-Instruct": "Qwen2.5-7B-Instruct",
+        "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B": "DeepSeek-R1-Distill-Qwen-1.5B",
+    },
+    "methods": {
+        "base": "Base",
+        "es": "ES",
+        "grpo": "GRPO",
+        "checkpoint": "GRPO",
+        "sequence:es,grpo": "ES->GRPO",
+        "sequence:grpo,es": "GRPO->ES",
+        "sequence:checkpoint,es": "GRPO->ES",
+    },
+    "tasks": {
+        "gsm8k": "GSM8K",
+        "commonsense_qa": "CSQA",
+        "hotpotqa": "HotpotQA",
+        "countdown": "Countdown",
+        "gpqa_diamond": "GPQA",
+        "mbpp": "MBPP",
+        "aime24": "AIME24",
+        "aime25": "AIME25",
+        "amc23": "AMC23",
+        "math500": "MATH500",
+    },
+    "tables": [2, 3, 5, 7, 8, 9],
+}
+
+
+def write_release(
+    root: Path,
+    release_id: str,
+    suites: list[Path],
+    reference_dir: Path,
+    date: str,
+    notes: str = "",
+    rule: dict[str, Any] | None = None,
+) -> Path:
+    """Freeze a release: copy the suites, expand them to `cells.json`, copy the reference files, and pin task
+    versions and verifier fingerprints.
+
+    Refuses to overwrite an existing release: a published release never changes, a new one gets a new id.
+    """
+    import shutil
+
+    from esbench.records import RECORD_SCHEMA, atomic_write_json, atomic_write_text
+    from esbench.spec import SCHEMA as SUITE_SCHEMA
+    from esbench.spec import load_suite
+    from esbench.tasks import get_task
+
+    d = release_dir(root, release_id)
+    if (d / "release.json").exists():
+        raise FileExistsError(f"release {release_id} already exists at {d}; releases are immutable")
+    suite_files: dict[str, str] = {}
+    cells: dict[str, list[dict[str, Any]]] = {}
+    tasks: set[str] = set()
+    for path in suites:
+        suite = load_suite(path)
+        if suite.name in suite_files:
+            raise ValueError(f"two suites named {suite.name!r}")
+        suite_files[suite.name] = f"suites/{Path(path).name}"
+        atomic_write_text(d / "suites" / Path(path).name, Path(path).read_text())
+        cells[suite.name] = [cell.to_json() for cell in suite.cells()]
+        for cell in suite.cells():
+            tasks.update(cell.spec["eval"]["tasks"])
+            if cell.spec["dataset"]:
+                tasks.add(cell.spec["dataset"]["task"])
+    (d / "reference").mkdir(parents=True, exist_ok=True)
+    for f in sorted(Path(reference_dir).glob("*.json")):
+        shutil.copyfile(f, d / "reference" / f.name)
+    task_pins = {}
+    for name in sorted(tasks):
+        t = get_task(name)
+        task_pins[name] = {
+            "version": t.version,
+            "verifier": t.verifier,
+            "verifier_sha256": verifier_fingerprint(t.verifier),
+        }
+    release = {
+        "id": release_id,
+        "date": date,
+        "notes": notes,
+        "record_schema": RECORD_SCHEMA,
+        "suite_schema": SUITE_SCHEMA,
+        "submission_schema": "esbench.submission/1",
+        "suites": suite_files,
+        "cells": "cells.json",
+        "reference": {"paper": "reference/paper_tables.json", "expected_results": "reference/expected_results.json"},
+        "tasks": task_pins,
+        "rule": rule or DEFAULT_RULE,
+        "provenance": REQUIRED_PROVENANCE,
+        "paper_map": PAPER_MAP,
+    }
+    atomic_write_json(d / "cells.json", cells)
+    atomic_write_json(d / "release.json", release)
+    return d

@@ -1,0 +1,99 @@
+"""`esbench submit RUN_DIR --name NAME`: package a finished run as `leaderboard/submissions/NAME/`.
+
+A submission holds, per cell, the frozen spec, the record, the training log and the per-sample logs (everything
+`verify` needs to recompute every number), plus `submission.json` (name, release, suite, cells) and
+`MANIFEST.json` (SHA-256 of every file). It is assembled in a temporary folder, verified, and only then renamed
+into place, so a rejected or interrupted submission leaves nothing behind. A duplicate name is an error.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from esbench.leaderboard.release import CURRENT
+from esbench.leaderboard.verify import MANIFEST, NAME, SUBMISSION, SUBMISSION_SCHEMA, Report, manifest_for, verify
+from esbench.records import atomic_write_json
+
+
+class SubmitError(Exception):
+    """Bad input to `esbench submit`; `report` is set when the packaged submission failed verification."""
+
+    def __init__(self, message: str, report: Report | None = None):
+        super().__init__(message)
+        self.report = report
+
+
+def find_cells(run_dir: Path) -> list[Path]:
+    """Cell folders of a run: RUN_DIR is a suite folder (runs/<suite>) or an output root holding one suite."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise SubmitError(f"{run_dir}: no such run folder")
+    cells = sorted(p.parent for p in run_dir.glob("*/cell.json"))
+    if not cells:
+        suites = sorted({p.parent.parent for p in run_dir.glob("*/*/cell.json")})
+        if len(suites) > 1:
+            raise SubmitError(f"{run_dir} holds several suites ({', '.join(s.name for s in suites)}); pass one of them")
+        cells = sorted(p.parent for p in run_dir.glob("*/*/cell.json"))
+    if not cells:
+        raise SubmitError(f"{run_dir}: no cells found (expected <suite>/<cell-id>/cell.json)")
+    unfinished = [c.name for c in cells if not (c / "record.json").exists()]
+    if unfinished:
+        raise SubmitError(f"cells not done (no record.json): {', '.join(unfinished)}; finish the run first")
+    return cells
+
+
+def submit(
+    run_dir: Path, name: str, root: Path, release_id: str = CURRENT, created: str | None = None
+) -> tuple[Path, Report]:
+    """Package, verify and publish; returns the submission folder and its verification report."""
+    if not NAME.match(name):
+        raise SubmitError(f"invalid submission name {name!r}: letters, digits, '.', '_' and '-' only")
+    dest = Path(root) / "submissions" / name
+    if dest.exists():
+        raise SubmitError(f"submission {name!r} already exists at {dest}; choose another name")
+    cells = find_cells(run_dir)
+    records = [json.loads((c / "record.json").read_text()) for c in cells]
+    suites = sorted({r["cell"]["labels"]["suite"] for r in records})
+    if len(suites) != 1:
+        raise SubmitError(f"a submission covers one suite; these cells come from {suites}")
+    stale = sorted({str(r.get("release")) for r in records} - {release_id})
+    if stale:
+        raise SubmitError(f"the run was made under release {', '.join(stale)}; release {release_id} needs a fresh run")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=dest.parent))
+    try:
+        staged = tmp / name  # verify checks that the folder name is the submission name
+        for c, r in zip(cells, records, strict=True):
+            out = staged / "cells" / r["cell"]["id"]
+            (out / "samples").mkdir(parents=True)
+            for f in ("cell.json", "record.json", "train.jsonl"):
+                if (c / f).exists():
+                    shutil.copyfile(c / f, out / f)
+            for f in sorted((c / "samples").glob("*.jsonl")):
+                shutil.copyfile(f, out / "samples" / f.name)
+        meta: dict[str, Any] = {
+            "schema": SUBMISSION_SCHEMA,
+            "name": name,
+            "release": release_id,
+            "suite": suites[0],
+            "created": created or dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "cells": [
+                {"id": r["cell"]["id"], "name": r["cell"]["name"], "method": r["cell"]["labels"]["method"]}
+                for r in records
+            ],
+        }
+        atomic_write_json(staged / SUBMISSION, meta)
+        atomic_write_json(staged / MANIFEST, manifest_for(staged))
+        report = verify(staged, root, release_id)
+        if not report.ok:
+            raise SubmitError(f"the packaged run fails verification ({len(report.reasons)} reasons)", report)
+        staged.rename(dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    report.path = dest
+    return dest, report

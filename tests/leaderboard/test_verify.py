@@ -1,0 +1,383 @@
+"""`esbench leaderboard verify`: a genuine submission is accepted; each kind of tampering is rejected, by name."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+from lb_helpers import cells, edit_json, esbench, rehash
+
+from esbench.leaderboard.verify import verify
+
+
+def reasons(root, sub) -> list[str]:
+    return verify(sub, root).reasons
+
+
+def assert_rejected(root, sub, *needles: str) -> list[str]:
+    got = reasons(root, sub)
+    assert got, "tampered submission was accepted"
+    for needle in needles:
+        assert any(needle in r for r in got), f"no reason mentions {needle!r}: {got}"
+    return got
+
+
+def test_genuine_submission_is_accepted_with_every_cell_verified(genuine):
+    root, sub, _, _ = genuine
+    report = verify(sub, root)
+    assert report.ok, report.reasons
+    names = sorted(c.record["cell"]["name"] for c in report.cells)
+    assert len(names) == 6 and any("/random-search/" in n for n in names)
+    grid = {c.record["cell"]["labels"]["method"]: c.grid for c in report.cells}
+    assert grid == {"base": "release", "es": "release", "random-search": "plug-in"}
+    for c in report.cells:  # recomputed from samples, equal to what the record claims
+        for task, m in c.recomputed.items():
+            assert m["pass@1"] == c.record["metrics"][task]["pass@1"]
+            assert len(c.per_problem[task]["pass@4"]) == 6
+
+
+def test_cli_exit_codes(genuine, tmp_path):
+    root, sub, _, _ = genuine
+    ok = esbench("leaderboard", "verify", str(sub), "--root", str(root))
+    assert ok.returncode == 0 and "ACCEPTED" in ok.stdout, ok.stdout + ok.stderr
+    missing = esbench("leaderboard", "verify", str(tmp_path / "nope"), "--root", str(root))
+    assert missing.returncode == 2 and "no such submission folder" in missing.stderr
+
+
+def test_edited_metric(tampered):
+    root, sub = tampered
+    cell = cells(sub)["tiny/arith/es/b2/s0"]
+    edit_json(cell / "record.json", lambda r: r["metrics"]["tiny_arith"].update({"pass@4": 0.123456}))
+    rehash(sub)
+    got = assert_rejected(root, sub, "edited metric: metrics.tiny_arith.pass@4")
+    assert all("SHA-256" not in r for r in got)  # the manifest was re-made; the recomputation caught it
+
+
+def test_edited_metric_without_rehash_names_the_hash_too(tampered):
+    root, sub = tampered
+    cell = cells(sub)["tiny/-/base/b0/s0"]
+    edit_json(cell / "record.json", lambda r: r["metrics"]["tiny_reverse"].update({"greedy": 0.123456}))
+    assert_rejected(root, sub, "record.json: SHA-256 does not match", "edited metric: metrics.tiny_reverse.greedy")
+
+
+def _rewrite_samples(path, fn):
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    rows = fn(rows)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_edited_sample_response(tampered):
+    """A response rewritten to the gold answer: the verifier now says correct, the record's numbers disagree."""
+    root, sub = tampered
+    cell = cells(sub)["tiny/arith/es/b2/s1"]
+
+    def fix_all(rows):
+        for r in rows:
+            r["resps"] = [f"#### {r['doc']['answer']}"] * len(r["resps"])
+        return rows
+
+    _rewrite_samples(cell / "samples" / "tiny_arith.jsonl", fix_all)
+    rehash(sub)
+    assert_rejected(root, sub, "edited metric: metrics.tiny_arith.pass@1", "disagree with the task verifier")
+
+
+def test_edited_correct_flags_are_not_trusted(tampered):
+    root, sub = tampered
+    cell = cells(sub)["tiny/-/base/b0/s1"]
+
+    def flip(rows):
+        rows[0]["correct"] = [not c for c in rows[0]["correct"]]
+        return rows
+
+    _rewrite_samples(cell / "samples" / "tiny_reverse.jsonl", flip)
+    rehash(sub)
+    assert_rejected(root, sub, "correct flags of 1 problems disagree with the task verifier")
+
+
+def test_edited_gold_answer(tampered):
+    """Changing a problem's gold answer to the model's answer makes it 'correct': caught against the eval set."""
+    root, sub = tampered
+    cell = cells(sub)["tiny/-/base/b0/s0"]
+
+    def regold(rows):
+        rows[2]["doc"]["answer"] = "12345"
+        return rows
+
+    _rewrite_samples(cell / "samples" / "tiny_arith.jsonl", regold)
+    rehash(sub)
+    assert_rejected(root, sub, "doc_id 2 is not the release's problem arith-test-2")
+
+
+def test_removed_sample(tampered):
+    root, sub = tampered
+    cell = cells(sub)["tiny/arith/random-search/b2/s0"]
+    _rewrite_samples(cell / "samples" / "tiny_arith.jsonl", lambda rows: rows[:3] + rows[4:])
+    rehash(sub)
+    assert_rejected(root, sub, "5 problems, the release's eval set has 6; missing doc_ids [3]")
+
+
+def test_removed_sample_file(tampered):
+    root, sub = tampered
+    cell = cells(sub)["tiny/arith/es/b2/s0"]
+    (cell / "samples" / "tiny_reverse.greedy.jsonl").unlink()
+    assert_rejected(root, sub, "tiny_reverse.greedy.jsonl: listed in MANIFEST.json but missing")
+    rehash(sub)
+    assert_rejected(root, sub, "tiny_reverse.greedy.jsonl: missing per-sample log")
+
+
+def test_missing_provenance(tampered):
+    root, sub = tampered
+    cell = cells(sub)["tiny/arith/es/b2/s0"]
+
+    def strip(r):
+        del r["provenance"]["git_commit"]
+        r["provenance"]["packages"]["torch"] = None
+        del r["provenance"]["container_image_digest"]
+
+    edit_json(cell / "record.json", strip)
+    rehash(sub)
+    assert_rejected(
+        root,
+        sub,
+        "missing provenance: provenance.git_commit",
+        "missing provenance: provenance.packages.torch",
+        "missing provenance: provenance.container_image_digest",
+    )
+
+
+def test_duplicated_seed(tampered):
+    """A forger copies seed 0's cell as seed 2, with a consistent spec, id, folder and manifest."""
+    from esbench.spec import cell_id
+
+    root, sub = tampered
+    src = cells(sub)["tiny/arith/es/b2/s0"]
+    record = json.loads((src / "record.json").read_text())
+    spec = {**record["cell"]["spec"], "seed": 2}
+    new_id = cell_id(spec)
+    record["cell"].update(spec=spec, id=new_id, name=record["cell"]["name"].replace("/s0", "/s2"))
+    record["provenance"]["seeds"] = {"cell": 2, "train": 2, "eval": 2}
+    dst = src.parent / new_id
+    shutil.copytree(src, dst)
+    (dst / "record.json").write_text(json.dumps(record))
+    (dst / "cell.json").write_text(json.dumps(record["cell"]))
+    edit_json(sub / "submission.json", lambda s: s["cells"].append({"id": new_id, "name": record["cell"]["name"]}))
+    rehash(sub)
+    got = assert_rejected(root, sub, "duplicated seed")
+    assert any("identical sampled outputs" in r for r in got) and any("identical final weights" in r for r in got)
+
+
+def test_seed_provenance_disagrees_with_spec(tampered):
+    root, sub = tampered
+    cell = cells(sub)["tiny/-/base/b0/s1"]
+    edit_json(cell / "record.json", lambda r: r["provenance"]["seeds"].update({"eval": 0}))
+    rehash(sub)
+    assert_rejected(root, sub, "provenance.seeds.eval is 0, but the cell's seed is 1")
+
+
+def test_edited_cell_spec(tampered):
+    """Raising the eval limit's neighbour, n, in the spec: the id no longer hashes, and the grid has no such cell."""
+    from esbench.spec import cell_id
+
+    root, sub = tampered
+    cell = cells(sub)["tiny/arith/es/b2/s0"]
+    edit_json(cell / "record.json", lambda r: r["cell"]["spec"]["method"]["config"].update({"population": 64}))
+    edit_json(cell / "cell.json", lambda c: c["spec"]["method"]["config"].update({"population": 64}))
+    rehash(sub)
+    assert_rejected(root, sub, "cell spec edited: its hash is", "not on the grid", "method.config.population")
+
+    # A careful forger also re-hashes the id and renames the folder: still off the release's grid.
+    record = json.loads((cell / "record.json").read_text())
+    new_id = cell_id(record["cell"]["spec"])
+    record["cell"]["id"] = new_id
+    (cell / "record.json").write_text(json.dumps(record))
+    (cell / "cell.json").write_text(json.dumps(record["cell"]))
+    old_id = cell.name
+    cell.rename(cell.parent / new_id)
+    edit_json(sub / "submission.json", lambda s: [c.update(id=new_id) for c in s["cells"] if c["id"] == old_id])
+    rehash(sub)
+    got = assert_rejected(root, sub, "not on the grid of release v1.0's suites", "method.config.population")
+    assert not any("hash is" in r for r in got)
+
+
+def test_record_from_another_release(tampered):
+    root, sub = tampered
+    cell = cells(sub)["tiny/-/base/b0/s0"]
+    edit_json(cell / "record.json", lambda r: r.update(release="v0.9"))
+    rehash(sub)
+    assert_rejected(root, sub, "record from another release ('v0.9', expected 'v1.0')")
+
+
+def test_submission_for_another_release(tampered):
+    root, sub = tampered
+    edit_json(sub / "submission.json", lambda s: s.update(release="v2.0"))
+    rehash(sub)
+    assert_rejected(root, sub, "release 'v2.0', but it is being verified against v1.0")
+    assert verify(sub, root, "v2.0").reasons[0].startswith("release: no release v2.0")
+
+
+def test_extra_file(tampered):
+    root, sub = tampered
+    (sub / "cells" / next(iter(cells(sub).values())).name / "notes.txt").write_text("hi")
+    assert_rejected(root, sub, "notes.txt: file not listed in MANIFEST.json (extra file)")
+    rehash(sub)
+    assert_rejected(root, sub, "notes.txt: unexpected file in a cell folder")
+
+
+def test_extra_samples_file(tampered):
+    root, sub = tampered
+    cell = cells(sub)["tiny/-/base/b0/s0"]
+    shutil.copyfile(cell / "samples" / "tiny_arith.jsonl", cell / "samples" / "tiny_max.jsonl")
+    rehash(sub)
+    assert_rejected(root, sub, "samples/tiny_max.jsonl: not a per-sample log of this cell")
+
+
+def test_symlink(tampered):
+    root, sub = tampered
+    cell = cells(sub)["tiny/-/base/b0/s0"]
+    (cell / "samples" / "tiny_arith.jsonl").unlink()
+    (cell / "samples" / "tiny_arith.jsonl").symlink_to("/etc/hostname")
+    assert_rejected(root, sub, "symbolic links are not allowed")
+
+
+def test_swapped_samples_between_cells(tampered):
+    root, sub = tampered
+    c = cells(sub)
+    a, b = c["tiny/arith/es/b2/s0"] / "samples", c["tiny/-/base/b0/s1"] / "samples"
+    tmp = a / "swap"
+    (a / "tiny_arith.jsonl").rename(tmp)
+    (b / "tiny_arith.jsonl").rename(a / "tiny_arith.jsonl")
+    tmp.rename(b / "tiny_arith.jsonl")
+    rehash(sub)
+    got = assert_rejected(root, sub, "edited metric")
+    assert any(c["tiny/arith/es/b2/s0"].name in r for r in got) and any(c["tiny/-/base/b0/s1"].name in r for r in got)
+
+
+def test_renamed_cell_folder(tampered):
+    root, sub = tampered
+    cell = cells(sub)["tiny/-/base/b0/s0"]
+    old = cell.name
+    cell.rename(cell.parent / "0000000000000000")
+    edit_json(
+        sub / "submission.json", lambda s: [c.update(id="0000000000000000") for c in s["cells"] if c["id"] == old]
+    )
+    rehash(sub)
+    assert_rejected(root, sub, "folder name does not match the record's cell id")
+
+
+def test_removed_cell_still_listed(tampered):
+    root, sub = tampered
+    shutil.rmtree(cells(sub)["tiny/arith/es/b2/s1"])
+    rehash(sub)
+    assert_rejected(root, sub, "but cells/", "is missing")
+
+
+def test_edited_train_log(tampered):
+    root, sub = tampered
+    log = cells(sub)["tiny/arith/es/b2/s0"] / "train.jsonl"
+    rows = [json.loads(x) for x in log.read_text().splitlines()]
+    for r in rows:
+        if "reward_mean" in r:
+            r["reward_mean"] = 0.99
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rehash(sub)
+    assert_rejected(root, sub, "record train.reward_first is")
+
+
+def test_edited_dataset_provenance(tampered):
+    root, sub = tampered
+    cell = cells(sub)["tiny/-/base/b0/s0"]
+    edit_json(cell / "record.json", lambda r: r["provenance"]["datasets"]["eval"]["tiny_arith"].update(sha256="0" * 64))
+    rehash(sub)
+    assert_rejected(root, sub, "provenance.datasets.eval.tiny_arith does not match the release's eval set")
+
+
+def test_changed_verifier_makes_numbers_incomparable(tampered):
+    root, sub = tampered
+    edit_json(
+        root / "releases" / "v1.0" / "release.json",
+        lambda r: r["tasks"]["tiny_reverse"].update(verifier_sha256="f" * 64),
+    )
+    assert_rejected(root, sub, "task tiny_reverse's verifier differs from release v1.0")
+
+
+def test_garbage_record_is_a_reason_not_a_crash(tampered):
+    root, sub = tampered
+    cell = cells(sub)["tiny/-/base/b0/s0"]
+    (cell / "record.json").write_text("{not json")
+    rehash(sub)
+    assert_rejected(root, sub, "record.json: not valid JSON")
+    (cell / "record.json").write_text(json.dumps({"schema": "esbench.record/1"}))
+    rehash(sub)
+    assert_rejected(root, sub, "required field 'metrics' is missing")
+
+
+def test_every_reason_is_listed_at_once(tampered):
+    root, sub = tampered
+    c = cells(sub)
+    edit_json(c["tiny/-/base/b0/s0"] / "record.json", lambda r: r.update(release="v0.1"))
+    edit_json(
+        c["tiny/arith/es/b2/s1"] / "record.json", lambda r: r["metrics"]["tiny_reverse"].update({"pass@1": 0.123456})
+    )
+    rehash(sub)
+    proc = esbench("leaderboard", "verify", str(sub), "--root", str(root))
+    assert proc.returncode == 1
+    assert "record from another release" in proc.stderr and "edited metric: metrics.tiny_reverse.pass@1" in proc.stderr
+
+
+def test_relabelled_cell(tampered):
+    """Labels are not hashed: a base cell relabelled `es` would show base numbers on the ES row."""
+    root, sub = tampered
+    c = cells(sub)
+    for path in (c["tiny/-/base/b0/s0"] / "record.json", c["tiny/-/base/b0/s0"] / "cell.json"):
+        edit_json(path, lambda r: r.get("cell", r)["labels"].update(method="es"))
+    plug = c["tiny/arith/random-search/b2/s0"]
+    for path in (plug / "record.json", plug / "cell.json"):
+        edit_json(path, lambda r: r.get("cell", r)["labels"].update(method="es"))
+    rehash(sub)
+    assert_rejected(
+        root,
+        sub,
+        "cell label method='es', the release cell it stands on says 'base'",
+        "does not follow from its spec and labels",
+        "may not take the name of the release's method 'es'",
+    )
+
+
+def test_stray_files_outside_cells(tampered):
+    root, sub = tampered
+    (sub / "README.txt").write_text("trust me")
+    (sub / "cells" / "stray.json").write_text("{}")
+    rehash(sub)
+    assert_rejected(root, sub, "README.txt: unexpected entry", "cells/stray.json: unexpected file")
+
+
+def test_manifest_of_the_wrong_shape(tampered):
+    root, sub = tampered
+    (sub / "MANIFEST.json").write_text("[1, 2]")
+    assert_rejected(root, sub, "MANIFEST.json: expected")
+
+
+def test_verdict_neutral_edit_of_a_response(tampered):
+    """Rewriting a response's reasoning but keeping its answer changes no metric; the run's hash still catches it."""
+    root, sub = tampered
+    path = cells(sub)["tiny/arith/es/b2/s0"] / "samples" / "tiny_arith.jsonl"
+
+    def reword(rows):
+        r = rows[0]
+        r["resps"][0] = "I am sure.\n" + r["resps"][0]
+        return rows
+
+    _rewrite_samples(path, reword)
+    rehash(sub)
+    got = assert_rejected(
+        root, sub, "tiny_arith.jsonl: edited sample (SHA-256 differs from the record's samples_sha256)"
+    )
+    assert not any("edited metric" in r for r in got)  # the numbers alone could not have told
+
+
+def test_unbound_samples_file(tampered):
+    root, sub = tampered
+    cell = cells(sub)["tiny/-/base/b0/s1"]
+    edit_json(cell / "record.json", lambda r: r["samples_sha256"].pop("tiny_reverse.jsonl"))
+    rehash(sub)
+    assert_rejected(root, sub, "tiny_reverse.jsonl: not produced by the run")
