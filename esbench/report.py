@@ -480,7 +480,7 @@ def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
             bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
         a1.set_ylabel("share of ‖Δθ‖² (%)")
         a1.set_title("drift by parameter group")
-        a1.legend(fontsize=7)
+        a1.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
         a1.tick_params(axis="x", labelrotation=20, labelsize=7)
         a2.bar([r["cell"] for r in rows], [r["relative_l2"] * 100 for r in rows], color="gray")
         a2.set_yscale("log")

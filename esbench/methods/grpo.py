@@ -115,7 +115,7 @@ class GRPO(Method):
         from trl import GRPOTrainer
 
         reward = reward.with_values(config.reward_correct, config.reward_format)
-        rows = [{"prompt": ctx.prompt(r), "answer": r["answer"]} for r in train_data]
+        rows = [{"prompt": trl_prompt(ctx.prompt(r), tokenizer), "answer": r["answer"]} for r in train_data]
         dataset = datasets.Dataset.from_list(rows)
 
         def verifier_reward(prompts, completions, answer, **_):
@@ -173,6 +173,22 @@ class GRPO(Method):
             sum(r.get("completion_length") or 0 for r in _read(ctx.log_path)) * per_update
         )
         return TrainResult(model=trainer.model, updates=budget, **counters)
+
+
+def trl_prompt(prompt: str, tokenizer) -> str:
+    """The prompt text to hand TRL so that the model sees exactly the tokens ES and evaluation condition on.
+
+    TRL 1.16 tokenises string prompts with special tokens added; a chat template that already starts with the BOS
+    token (Llama 3) would then get it twice. Strip the leading special tokens that tokenisation would add again.
+    """
+    with_special = tokenizer(prompt)["input_ids"]
+    plain = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    extra = len(with_special) - len(plain)
+    if extra > 0 and with_special[:extra] == plain[:extra] and with_special[extra:] == plain:
+        prefix = tokenizer.decode(plain[:extra])
+        if prompt.startswith(prefix):
+            return prompt[len(prefix) :]
+    return prompt
 
 
 def _read(path):

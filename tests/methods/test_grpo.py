@@ -122,3 +122,29 @@ def test_grpo_raises_training_reward_on_the_tiny_task(repo, tiny_model_dir, tmp_
     first = sum(r["reward_mean"] for r in rows[:8]) / 8
     last = sum(r["reward_mean"] for r in rows[-8:]) / 8
     assert last > first, (first, last)
+
+
+class _BosTokenizer:
+    """Llama-3-like: adds <bos> unless told not to; the chat template already wrote it into the text."""
+
+    def __call__(self, text, add_special_tokens=True):
+        ids = [0] if text.startswith("<bos>") else []
+        rest = text.removeprefix("<bos>")
+        ids += [1 + (ord(c) % 50) for c in rest]
+        return {"input_ids": ([0] if add_special_tokens else []) + ids}
+
+    def decode(self, ids):
+        return "".join("<bos>" if i == 0 else "?" for i in ids)
+
+
+def test_trl_prompt_removes_a_bos_that_tokenisation_would_add_again():
+    from esbench.methods.grpo import trl_prompt
+
+    tok = _BosTokenizer()
+    templated = "<bos>system: reason step by step\nuser: 2+2?\nassistant:"
+    fixed = trl_prompt(templated, tok)
+    assert fixed == templated.removeprefix("<bos>")
+    # what TRL will feed the model equals what ES and lm-eval feed it (the template's tokens, one BOS)
+    assert tok(fixed)["input_ids"] == tok(templated, add_special_tokens=False)["input_ids"]
+    plain = "Q 1+2=?\n"  # no BOS in the text: nothing to strip
+    assert trl_prompt(plain, tok) == plain
