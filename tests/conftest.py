@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -63,20 +60,3 @@ def small_suite(tmp_path, tiny_model_dir) -> Path:
 @pytest.fixture
 def repo() -> Path:
     return REPO
-
-
-def start_run(suite: Path, out: Path, *extra: str) -> subprocess.Popen:
-    """`esbench run` in a child process (one thread), so a test can kill it with SIGKILL."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "esbench.cli", "run", str(suite), "--out", str(out), *extra],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-
-
-def only_record(out: Path) -> tuple[dict, Path]:
-    """The single record under `out` and its cell folder."""
-    (path,) = out.glob("*/*/record.json")
-    return json.loads(path.read_text()), path.parent

@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from conftest import only_record, start_run
+from run_helpers import only_record, start_run
 
 from esbench.cli import main
 from esbench.spec import load_suite

@@ -8,7 +8,7 @@ import signal
 import time
 
 import pytest
-from conftest import only_record, start_run
+from run_helpers import only_record, start_run
 
 from esbench.methods.sequence import stage_budgets
 from esbench.spec import SuiteError, load_suite
