@@ -113,7 +113,7 @@ def test_es_learns_on_the_tiny_suite(repo, tiny_model_dir, tmp_path):
     from esbench.tasks import get_task
 
     suite = load_suite(repo / "suites" / "tiny.yaml")
-    (cell,) = [c for c in suite.cells() if c.spec["method"]["kind"] == "es"]
+    (cell,) = [c for c in suite.cells() if c.labels["method"] == "es"]  # not es-bf16
     spec = cell.spec
     cls = registry.get("es")
     cfg = cls.Config.model_validate(spec["method"]["config"])
