@@ -7,6 +7,7 @@ train.jsonl, checkpoints); *pending* otherwise. Every file esbench writes goes t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -54,3 +55,12 @@ def status(directory: Path) -> str:
 
 def read_record(directory: Path) -> dict[str, Any]:
     return json.loads((directory / "record.json").read_text())
+
+
+def sha256_file(path: Path) -> str:
+    """SHA-256 of a file, streamed (weights, samples and manifests can be large)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

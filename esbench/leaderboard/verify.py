@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from esbench.leaderboard.release import CURRENT, load_release, verifier_fingerprint
+from esbench.records import sha256_file
 
 SUBMISSION_SCHEMA = "esbench.submission/1"
 MANIFEST = "MANIFEST.json"
@@ -43,14 +44,6 @@ RECORD_KEYS = {
     "samples_sha256": dict,
 }
 TOL = 1e-9
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def manifest_for(directory: Path) -> dict[str, Any]:

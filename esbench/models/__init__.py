@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from esbench.records import sha256_file
+
 BUILTINS = ("tiny",)
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -85,7 +87,7 @@ def gguf_to_cache(file: Path) -> Path:
 
     from esbench.models.tiny import cache_root
 
-    sha = _file_sha256(file)
+    sha = sha256_file(file)
     target = cache_root() / "models" / f"gguf-{sha[:16]}"
     if (target / "config.json").exists():
         return target
@@ -103,14 +105,6 @@ def gguf_to_cache(file: Path) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
-
-
-def _file_sha256(file: Path) -> str:
-    h = hashlib.sha256()
-    with open(file, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def weights_hash(directory: str | Path) -> str:
@@ -159,7 +153,7 @@ def load_model(path: str, revision: str | None = None, dtype: str = "float32", s
     if subfolder:
         prov["subfolder"] = subfolder
     if path.startswith("pkg:"):
-        prov["gguf_sha256"] = _file_sha256(_gguf_file(path))
+        prov["gguf_sha256"] = sha256_file(_gguf_file(path))
     if os.path.isdir(where) and not subfolder:
         prov["weights_sha256"] = weights_hash(where)
     else:
