@@ -51,18 +51,20 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
+def _loadable(path: str) -> str:
+    from esbench.models import check_model_path
+
+    check_model_path(path)
+    return path
+
+
+ModelPath = Annotated[str, AfterValidator(_loadable)]  # a model reference checked offline (models and checkpoints)
+
+
 class ModelSpec(_Strict):
-    path: str = Field(description="`builtin:tiny`, a Hugging Face id (`org/name`), or a local directory.")
+    path: ModelPath = Field(description="`builtin:tiny`, a Hugging Face id (`org/name`), or a local directory.")
     revision: str | None = Field(None, description="Hub revision (commit) to pin; ignored for local paths.")
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Compute dtype.")
-
-    @field_validator("path")
-    @classmethod
-    def _known(cls, v: str) -> str:
-        from esbench.models import check_model_path
-
-        check_model_path(v)
-        return v
 
 
 class DatasetSpec(_Strict):

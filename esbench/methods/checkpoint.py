@@ -15,26 +15,19 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from esbench.methods import Method, TrainResult
+from esbench.spec import ModelPath
 
 
 class CheckpointConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    path: str = Field(description="Hugging Face id or local directory of the released weights.")
+    path: ModelPath = Field(description="Hugging Face id or local directory of the released weights.")
     revision: str | None = Field(None, description="Hub commit to pin.")
     subfolder: str | None = Field(None, description="Folder inside the repository holding config and weights.")
     dtype: Literal["float32", "bfloat16", "float16"] | None = Field(None, description="Default: the cell model's.")
-
-    @field_validator("path")
-    @classmethod
-    def _known(cls, v: str) -> str:
-        from esbench.models import check_model_path
-
-        check_model_path(v)
-        return v
 
 
 class Checkpoint(Method):
