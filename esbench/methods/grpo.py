@@ -25,11 +25,15 @@ updates, and the suite budget counts those updates (TRL's `max_steps`).
 
 from __future__ import annotations
 
+import re
+import shutil
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from esbench.methods import Method, TrainContext, TrainResult
+from esbench.records import atomic_write_json
 
 
 class GRPOSettings(BaseModel):
@@ -111,7 +115,6 @@ class GRPO(Method):
         import datasets
         import torch
         from transformers import TrainerCallback
-        from transformers.trainer_utils import get_last_checkpoint
         from trl import GRPOTrainer
 
         reward = reward.with_values(config.reward_correct, config.reward_format)
@@ -122,8 +125,8 @@ class GRPO(Method):
             return [reward(c, a) for c, a in zip(completions, answer, strict=True)]
 
         out = ctx.workdir / "grpo"
-        last = get_last_checkpoint(str(out)) if out.exists() else None
-        start = int(last.rsplit("-", 1)[1]) if last else 0
+        last = last_complete_checkpoint(out)
+        start = int(last.name.rsplit("-", 1)[1]) if last else 0
         ctx.rewind(start)
         counters = {"rollouts": 0, "generated_tokens": 0}
 
@@ -146,6 +149,9 @@ class GRPO(Method):
                 }
                 ctx.log(row)
 
+            def on_save(self, args, state, control, **kw):
+                mark_complete(out / f"checkpoint-{state.global_step}", state.global_step)
+
             def on_train_begin(self, args, state, control, model=None, **kw):
                 ctx.maybe_probe(model, tokenizer, state.global_step)
 
@@ -165,7 +171,7 @@ class GRPO(Method):
         from transformers.trainer_callback import PrinterCallback
 
         trainer.remove_callback(PrinterCallback)  # metrics go to train.jsonl, not stdout
-        trainer.train(resume_from_checkpoint=last)
+        trainer.train(resume_from_checkpoint=str(last) if last else None)
         model.eval()
         per_update = config.ppo_minibatch_prompts * config.num_generations
         counters["rollouts"] = budget * per_update
@@ -173,6 +179,34 @@ class GRPO(Method):
             sum(r.get("completion_length") or 0 for r in _read(ctx.log_path)) * per_update
         )
         return TrainResult(model=trainer.model, updates=budget, **counters)
+
+
+COMPLETE = "esbench-complete.json"
+
+
+def mark_complete(checkpoint: Path, step: int) -> None:
+    """Mark a Trainer checkpoint whole. `on_save` fires only after every file of it (and the rotation) is written."""
+    atomic_write_json(checkpoint / COMPLETE, {"global_step": step})
+
+
+def last_complete_checkpoint(out: Path) -> Path | None:
+    """The newest checkpoint the Trainer finished writing; newer, half-written ones are deleted.
+
+    transformers writes `checkpoint-N/` in place and `trainer_state.json` last, non-atomically, so a run killed
+    mid-save leaves a directory that `get_last_checkpoint` would pick and that cannot be loaded (an empty
+    trainer_state.json). Only a directory carrying the marker written in `on_save` counts.
+    """
+    if not out.exists():
+        return None
+    found = sorted(
+        (int(m.group(1)), d) for d in out.iterdir() if d.is_dir() and (m := re.fullmatch(r"checkpoint-(\d+)", d.name))
+    )
+    complete = [(n, d) for n, d in found if (d / COMPLETE).exists()]
+    last_step, last = complete[-1] if complete else (0, None)
+    for n, d in found:
+        if n > last_step:
+            shutil.rmtree(d)  # half-written; the Trainer will write this step again
+    return last
 
 
 def trl_prompt(prompt: str, tokenizer) -> str:

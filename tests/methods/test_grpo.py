@@ -148,3 +148,68 @@ def test_trl_prompt_removes_a_bos_that_tokenisation_would_add_again():
     assert tok(fixed)["input_ids"] == tok(templated, add_special_tokens=False)["input_ids"]
     plain = "Q 1+2=?\n"  # no BOS in the text: nothing to strip
     assert trl_prompt(plain, tok) == plain
+
+
+def _checkpoint(out, step, complete=True, state='{"global_step": 0}'):
+    from esbench.methods.grpo import mark_complete
+
+    d = out / f"checkpoint-{step}"
+    d.mkdir(parents=True)
+    (d / "trainer_state.json").write_text(state)
+    if complete:
+        mark_complete(d, step)
+    return d
+
+
+def test_a_half_written_checkpoint_is_never_resumed_from(tmp_path):
+    from esbench.methods.grpo import last_complete_checkpoint
+
+    out = tmp_path / "grpo"
+    assert last_complete_checkpoint(out) is None
+    _checkpoint(out, 2)
+    ten = _checkpoint(out, 10)
+    _checkpoint(out, 12, complete=False, state="")  # killed while trainer_state.json was being written
+    _checkpoint(out, 14, complete=False)  # every file there, killed before on_save
+    (out / "checkpoint-x").mkdir()  # not a checkpoint name: left alone
+    assert last_complete_checkpoint(out) == ten
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint-10", "checkpoint-2", "checkpoint-x"]
+    only_bad = tmp_path / "bad"
+    _checkpoint(only_bad, 4, complete=False)
+    assert last_complete_checkpoint(only_bad) is None and not (only_bad / "checkpoint-4").exists()
+
+
+def _train_grpo(workdir, updates):
+    from esbench.methods import TrainContext, registry
+    from esbench.models import load_model
+    from esbench.runner import Reward
+    from esbench.tasks import get_task
+
+    cls = registry.get("grpo")
+    cfg = cls.Config(
+        prompts_per_rollout=4,
+        num_generations=4,
+        ppo_minibatch_prompts=4,
+        micro_batch=16,
+        learning_rate=1e-4,
+        max_completion_length=24,
+        checkpoint_every=2,
+    )
+    task = get_task("tiny_arith")
+    loaded = load_model("builtin:tiny")
+    ctx = TrainContext(seed=0, workdir=workdir, log_path=workdir / "train.jsonl", prompt=task.prompt)
+    result = cls().train(loaded.model, loaded.tokenizer, task.rows("train", 16), Reward(task), updates, cfg, ctx)
+    return {k: v.detach().clone() for k, v in result.model.state_dict().items()}, ctx.log_path.read_text()
+
+
+def test_resume_after_a_kill_mid_save_matches_the_uninterrupted_run(tmp_path, tiny_model_dir):
+    """The state a SIGKILL during `_save_checkpoint` leaves: the newest checkpoint exists, its state file empty."""
+    import torch
+
+    ref_weights, ref_log = _train_grpo(tmp_path / "clean", 4)
+    out = tmp_path / "clean" / "grpo"
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    (out / "checkpoint-4" / "trainer_state.json").write_text("")
+    (out / "checkpoint-4" / "esbench-complete.json").unlink()
+    weights, log = _train_grpo(tmp_path / "clean", 4)  # resumes from checkpoint-2 and redoes updates 2 and 3
+    assert log == ref_log
+    assert all(torch.equal(weights[k], ref_weights[k]) for k in ref_weights)
