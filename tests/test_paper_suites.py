@@ -297,8 +297,8 @@ def test_models_and_datasets_are_pinned():
         for t in used:
             key = get_task(t).source.removeprefix("hub:")
             assert key in hub.SOURCES
-    # the unverified pins are a known, listed set (README/CHANGELOG say so); GSM8K and the models are pinned
-    assert "gsm8k" not in hub.UNPINNED and "deepscaler" not in hub.UNPINNED
+    # the one source without a confirmed full commit is known and listed (README/CHANGELOG say so)
+    assert hub.UNPINNED == {"countdown"}
 
 
 @pytest.mark.parametrize("name", PAPER_SUITES)
@@ -324,7 +324,9 @@ def test_hard_sequences_start_from_the_checkpoint_and_train_grpo_with_table_14()
     suite = load_suite(REPO / "suites" / "paper-hard.yaml")
     cells = {c.labels["method"]: c for c in suite.cells()}
     model = cells["base"].spec["model"]
-    assert model_to_load(cells["grpo"].spec["method"], model)["path"] == "zz1358m/SofT-GRPO-master"
+    soft = model_to_load(cells["grpo"].spec["method"], model)
+    assert soft["path"] == "zz1358m/SofT-GRPO-master" and soft["subfolder"] == "saved_weight/Deepeeek-Qwen-1.5B+GRPO"
+    assert re.fullmatch(r"[0-9a-f]{40}", soft["revision"] or ""), "the SofT-GRPO checkpoint is pinned"
     assert model_to_load(cells["grpo-es"].spec["method"], model)["path"] == "zz1358m/SofT-GRPO-master"
     assert model_to_load(cells["es-grpo"].spec["method"], model)["path"] == model["path"]
     kinds = [s["kind"] for s in cells["es-grpo"].spec["method"]["config"]["stages"]]

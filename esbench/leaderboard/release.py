@@ -7,6 +7,7 @@ and a submission is verified against exactly that release: numbers from differen
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
@@ -46,30 +47,94 @@ def load_release(root: Path, release_id: str = CURRENT) -> dict[str, Any]:
     return rel
 
 
-def verifier_fingerprint(verifier_name: str) -> str:
-    """SHA-256 of a verifier's source and of the module-level helpers it calls (transitively).
+FINGERPRINT_SCHEME = 2
+
+
+def verifier_fingerprint(verifier_name: str, scheme: int = FINGERPRINT_SCHEME) -> str:
+    """SHA-256 of what decides "correct" for a verifier: its source, the source of every esbench function it calls
+    (transitively, across modules), the module constants those read, and the versions of the libraries they import.
 
     Task `version` integers are bumped by hand; this fingerprint catches a verifier edited without a bump, which
-    would silently change what "correct" means for every number on the board.
+    would silently change what "correct" means for every number on the board. Registered verifiers may be lazy
+    wrappers (`verifiers._paper`); the fingerprint follows them to the function that does the work.
+
+    A release records the scheme it was frozen with. Scheme 1 (release v1.0) hashed only functions of
+    `esbench.tasks.verifiers`, so it stopped at the lazy wrapper and did not bind the paper verifiers; it is kept
+    so that v1.0 submissions still verify.
     """
     from esbench.tasks import verifiers
 
     fn = verifiers.VERIFIERS[verifier_name]
+    if scheme >= 2:
+        fn = inspect.unwrap(fn.resolve() if hasattr(fn, "resolve") else fn)
     seen: dict[str, str] = {}
+    extra: dict[str, str] = {}
     todo = [fn]
     while todo:
         f = todo.pop()
-        if f.__name__ in seen:
+        key = f.__name__ if scheme == 1 else f"{f.__module__}.{f.__qualname__}"
+        if key in seen:
             continue
-        seen[f.__name__] = inspect.getsource(f)
-        for name in f.__code__.co_names:
-            obj = getattr(verifiers, name, None)
-            if inspect.isfunction(obj) and obj.__module__ == verifiers.__name__:
-                todo.append(obj)
+        seen[key] = inspect.getsource(f)
+        names, imported = _code_names(f.__code__)
+        for name in sorted(names):
+            obj = f.__globals__.get(name)
+            if scheme == 1:
+                if inspect.isfunction(obj) and obj.__module__ == verifiers.__name__:
+                    todo.append(obj)
+                continue
+            inner = inspect.unwrap(obj) if callable(obj) else obj  # through functools.cache and friends
+            if inspect.isfunction(inner) and inner.__module__.split(".")[0] == "esbench":
+                todo.append(inner)
+            elif isinstance(obj, (str, int, float, bytes, tuple, frozenset, dict, re.Pattern)):
+                extra[f"{f.__module__}.{name}"] = repr(obj)
+            elif obj is not None:
+                imported.add(getattr(obj, "__module__", None) or getattr(obj, "__name__", ""))
+        for module in imported if scheme >= 2 else ():
+            dist = _distribution_of(module)
+            if dist:
+                extra[f"dist:{dist}"] = _dist_version(dist)
     h = hashlib.sha256()
     for name in sorted(seen):
         h.update(seen[name].encode())
+    for name in sorted(extra):
+        h.update(f"{name}={extra[name]}".encode())
     return h.hexdigest()
+
+
+def _code_names(code) -> tuple[set[str], set[str]]:
+    """(names a code object reads, modules it imports), including its nested functions and comprehensions."""
+    import dis
+
+    names, imported = set(code.co_names), set()
+    for ins in dis.get_instructions(code):
+        if ins.opname == "IMPORT_NAME":
+            imported.add(ins.argval)
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            n, m = _code_names(const)
+            names |= n
+            imported |= m
+    return names - imported, imported
+
+
+@functools.cache
+def _distribution_of(module_name: str) -> str | None:
+    dists = _packages_distributions().get(module_name.split(".")[0], [])
+    return dists[0] if dists and dists[0] != "esbench" else None
+
+
+@functools.cache
+def _packages_distributions() -> dict[str, list[str]]:
+    from importlib.metadata import packages_distributions
+
+    return packages_distributions()
+
+
+def _dist_version(dist: str) -> str:
+    from importlib.metadata import version
+
+    return version(dist)
 
 
 # The comparison rule's parameters (ADR 0007). delta_pp is the pre-registered practical tolerance per metric, in
@@ -142,6 +207,21 @@ PAPER_MAP: dict[str, Any] = {
 }
 
 
+def task_source(task) -> dict[str, Any]:
+    """Where a task's rows come from, without machine-local details: hub id, config and revision for hub data."""
+    prov = task.provenance("test" if "test" in _splits(task) else "train")
+    return {k: v for k, v in prov.items() if k not in ("split", "local_mirror", "seed")}
+
+
+def _splits(task) -> set[str]:
+    kind, _, key = (task.source or "").partition(":")
+    if kind == "hub":
+        from esbench.tasks import hub
+
+        return set(hub.SOURCES[key].splits)
+    return {"train", "test"}
+
+
 def write_release(
     root: Path,
     release_id: str,
@@ -190,6 +270,7 @@ def write_release(
             "version": t.version,
             "verifier": t.verifier,
             "verifier_sha256": verifier_fingerprint(t.verifier),
+            "source": task_source(t),
         }
     release = {
         "id": release_id,
@@ -202,6 +283,7 @@ def write_release(
         "cells": "cells.json",
         "reference": {"paper": "reference/paper_tables.json", "expected_results": "reference/expected_results.json"},
         "tasks": task_pins,
+        "fingerprint_scheme": FINGERPRINT_SCHEME,
         "rule": rule or DEFAULT_RULE,
         "provenance": REQUIRED_PROVENANCE,
         "paper_map": PAPER_MAP,

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from esbench.leaderboard.release import CURRENT, load_release, verifier_fingerprint
+from esbench.leaderboard.release import CURRENT, load_release, task_source, verifier_fingerprint
 from esbench.records import sha256_file
 
 SUBMISSION_SCHEMA = "esbench.submission/1"
@@ -183,11 +183,11 @@ def verify(path: Path, root: Path, release_id: str = CURRENT) -> Report:
     if not path.is_dir():
         report.add(f"{path}: not a submission folder")
         return report
-    _check_manifest(path, report)
+    _guarded(report, MANIFEST, _check_manifest, path, report)
     sub = _read_json(path / SUBMISSION, report, SUBMISSION)
     if isinstance(sub, dict):
         report.submission = sub
-        _check_submission(sub, path, release, report)
+        _guarded(report, SUBMISSION, _check_submission, sub, path, release, report)
     elif sub is not None:
         report.add(f"{SUBMISSION}: must be a JSON object")
     for p in sorted(path.iterdir()):
@@ -203,13 +203,24 @@ def verify(path: Path, root: Path, release_id: str = CURRENT) -> Report:
     if not dirs:
         report.add("cells/: the submission has no cells")
     for d in dirs:
-        cell = _check_cell(d, release, grid, report)
+        cell = _guarded(report, f"cells/{d.name}", _check_cell, d, release, grid, report)
         if cell is not None:
             report.cells.append(cell)
-    _check_across_cells(report, sub if isinstance(sub, dict) else {}, dirs)
+    _guarded(report, "across cells", _check_across_cells, report, sub if isinstance(sub, dict) else {}, dirs)
     for key, ids in sorted(report.unverified.items()):
         report.notes.append(f"{key} of {len(ids)} cells is not recomputable from samples (not shown on the board)")
     return report
+
+
+def _guarded(report: Report, where: str, check, *args):
+    """Run one check; input of a shape no check anticipated (a string where an object belongs, a 300-character
+    file name, bytes that are not UTF-8) becomes a reason instead of a traceback that would also take down
+    `leaderboard build`."""
+    try:
+        return check(*args)
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError, OverflowError, OSError, RecursionError) as e:
+        report.add(f"{where}: malformed submission ({type(e).__name__}: {e})")
+        return None
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -269,6 +280,17 @@ def _check_across_cells(report: Report, sub: dict[str, Any], dirs: list[Path]) -
             report.add(f"cells/{extra}: not listed in {SUBMISSION}")
         if len(set(ids)) != len(ids):
             report.add(f"{SUBMISSION}: lists a cell twice")
+        records = {c.id: c.record["cell"] for c in report.cells}
+        for entry in listed:
+            cell = records.get(entry.get("id")) if isinstance(entry, dict) else None
+            if cell is None:
+                continue
+            for key, value in (("name", cell.get("name")), ("method", cell["labels"].get("method"))):
+                if entry.get(key) != value:
+                    report.add(
+                        f"{SUBMISSION}: cell {entry['id']} is listed with {key} {entry.get(key)!r}, "
+                        f"its record says {value!r}"
+                    )
     groups: dict[str, list[CellResult]] = {}
     suites = set()
     for c in report.cells:
@@ -310,6 +332,32 @@ def _check_across_cells(report: Report, sub: dict[str, Any], dirs: list[Path]) -
                         f"duplicated seed: trained cells {by_weights[weights]} and {c.id} have identical final weights"
                     )
                 by_weights.setdefault(weights, c.id)
+    # Across grid points: identical sampled outputs (T > 0) come only from identical weights sampled with the same
+    # seed and eval block; and two trained cells never reach the same moved weights. Samples copied from another
+    # cell (even with the record rewritten to match) fail one of these.
+    by_output: dict[str, CellResult] = {}
+    moved_weights: dict[str, CellResult] = {}
+    for c in report.cells:
+        spec, prov = c.record["cell"]["spec"], c.record["provenance"]
+        weights = prov.get("final_weights_sha256")
+        if spec["eval"].get("temperature", 0) > 0 and c.evidence:
+            other = by_output.setdefault(c.evidence, c)
+            o_spec = other.record["cell"]["spec"]
+            same_run = (
+                weights == other.record["provenance"].get("final_weights_sha256")
+                and spec["seed"] == o_spec["seed"]
+                and _canon(spec["eval"]) == _canon(o_spec["eval"])
+            )
+            if other is not c and not same_run and _strip(spec, "seed") != _strip(o_spec, "seed"):
+                report.add(
+                    f"copied evidence: cells {other.id} and {c.id} have identical sampled outputs but different "
+                    "weights, seeds or eval settings"
+                )
+        moved = weights and weights != (prov.get("model") or {}).get("state_sha256")
+        if spec["dataset"] is not None and moved:
+            other = moved_weights.setdefault(weights, c)
+            if other is not c and _strip(spec, "seed") != _strip(other.record["cell"]["spec"], "seed"):
+                report.add(f"copied evidence: trained cells {other.id} and {c.id} claim identical final weights")
     # One model spec, one starting point: every cell of the same model must start from the same weights.
     starts: dict[str, tuple[str, str]] = {}
     for c in report.cells:
@@ -356,6 +404,10 @@ def _check_cell(d: Path, release: dict[str, Any], grid: ReleaseGrid, report: Rep
     spec = cell.get("spec")
     if not isinstance(spec, dict) or not isinstance(spec.get("eval"), dict) or "seed" not in spec:
         report.add(f"{where}/record.json: cell.spec is missing or malformed")
+        return None
+    seed = spec["seed"]
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        report.add(f"{where}: cell.spec.seed {seed!r} is not a non-negative integer")
         return None
     real_id = cell_id(spec)
     if cell.get("id") != real_id:
@@ -440,6 +492,11 @@ def _check_datasets(where: str, record: dict[str, Any], release: dict[str, Any],
             report.add(
                 f"{where}: provenance.datasets.eval.{t}.version {got.get('version')!r}, release pins {pin['version']}"
             )
+        revision = (pin.get("source") or {}).get("revision")
+        if revision is not None and got.get("revision") != revision:
+            report.add(
+                f"{where}: provenance.datasets.eval.{t}.revision {got.get('revision')!r}, release pins {revision}"
+            )
         try:
             rows = get_task(t).rows("test", spec["eval"].get("limit") or None)
         except Exception as e:  # a loader failure is a reason, not a crash
@@ -463,9 +520,12 @@ def _check_train_log(where: str, d: Path, record: dict[str, Any], report: Report
 
     spec = record["cell"]["spec"]
     log = d / "train.jsonl"
+    used = record["budget_used"].get("updates")
     if spec.get("dataset") is None:
         if log.exists() and log.read_text().strip():
             report.add(f"{where}/train.jsonl: an untrained cell has a training log")
+        if used not in (0, None):
+            report.add(f"{where}: budget_used.updates is {used!r} for a cell that does not train")
         return
     if not log.exists():
         report.add(f"{where}/train.jsonl: missing (the cell trains)")
@@ -475,17 +535,47 @@ def _check_train_log(where: str, d: Path, record: dict[str, Any], report: Report
     except json.JSONDecodeError as e:
         report.add(f"{where}/train.jsonl: not valid JSON lines ({e})")
         return
+    if not all(isinstance(r, dict) for r in rows):
+        report.add(f"{where}/train.jsonl: every line must be a JSON object")
+        return
     summary = _train_summary(rows)
+    # The budget is the comparison's unit: a cell that spent more updates than its spec says is not on the grid
+    # point it claims, whatever its record says. The log has one reward row per update.
+    expected = _expected_updates(spec)
+    if used != summary["updates_logged"]:
+        report.add(f"{where}: budget_used.updates is {used!r}, train.jsonl logs {summary['updates_logged']} updates")
+    if expected is not None and used != expected:
+        report.add(f"{where}: budget_used.updates is {used!r}, the cell's budget {spec['budget']!r} is {expected}")
     for k, v in summary.items():
         if not _close(record["train"].get(k), v):
             report.add(f"{where}: record train.{k} is {record['train'].get(k)!r}, train.jsonl gives {v!r}")
+
+
+def _expected_updates(spec: dict[str, Any]) -> int | None:
+    """Updates the cell's budget buys (None when an epoch budget's method is not installed here)."""
+    from esbench.methods import registry, resolve_budget
+    from esbench.tasks import get_task
+
+    budget = spec["budget"]
+    if isinstance(budget, int) and not isinstance(budget, bool):
+        return budget
+    try:
+        cls = registry.get(spec["method"]["kind"])
+    except KeyError:
+        return None
+    config = cls.Config.model_validate(spec["method"]["config"])
+    rows = get_task(spec["dataset"]["task"]).rows("train", spec["dataset"].get("size"))
+    return resolve_budget(budget, len(rows), config)
 
 
 def _close(a: Any, b: Any) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
         return a == b
     if isinstance(a, int | float) and isinstance(b, int | float):
-        return math.isclose(a, b, rel_tol=0, abs_tol=TOL)
+        try:
+            return math.isclose(a, b, rel_tol=0, abs_tol=TOL)
+        except OverflowError:  # a JSON integer too large for a float
+            return False
     return a == b
 
 
@@ -607,8 +697,12 @@ def _recompute(
         if pin is None:
             continue
         task = get_task(t)
-        if task.version != pin["version"] or verifier_fingerprint(task.verifier) != pin["verifier_sha256"]:
+        scheme = release.get("fingerprint_scheme", 1)
+        if task.version != pin["version"] or verifier_fingerprint(task.verifier, scheme) != pin["verifier_sha256"]:
             report.add(f"{where}: task {t}'s verifier differs from release {release['id']}; metrics are not comparable")
+            continue
+        if "source" in pin and task_source(task) != pin["source"]:
+            report.add(f"{where}: task {t}'s data source differs from release {release['id']}: {pin['source']}")
             continue
         expected = task.rows("test", ev.get("limit") or None)
         claimed = metrics.get(t)
@@ -628,6 +722,7 @@ def _recompute(
         got = summarise(sampled, greedy, ev["k"])
         got.update(_derived(claimed if isinstance(claimed, dict) else {}, sampled))
         if not isinstance(claimed, dict):
+            report.add(f"{where}: metrics.{t} must be an object of metrics (samples give {sorted(got)})")
             continue
         for key in sorted(set(got) | set(claimed)):
             if key not in claimed:

@@ -97,8 +97,10 @@ def gym_rows(name: str, split: str, size: int) -> list[dict[str, str]]:
 DEFAULT_SIZES = {"train": 1024, "test": 500}
 
 
-def _paper(name: str, verifier: str, source: str | None = None) -> TaskDef:
-    return TaskDef(name, name, verifier, source=source or f"hub:{name}", system_prompt=MATH_SYSTEM_PROMPT)
+def _paper(name: str, verifier: str, source: str | None = None, version: int = 1) -> TaskDef:
+    return TaskDef(
+        name, name, verifier, version=version, source=source or f"hub:{name}", system_prompt=MATH_SYSTEM_PROMPT
+    )
 
 
 TASKS: dict[str, TaskDef] = {
@@ -110,11 +112,11 @@ TASKS: dict[str, TaskDef] = {
     "deepscaler": _paper("deepscaler", "math"),
     "aime24": _paper("aime24", "math"),
     "aime25": _paper("aime25", "math"),
-    "amc23": _paper("amc23", "math"),
+    "amc23": _paper("amc23", "math", version=2),  # 2: revision pinned (1 loaded the hub's default branch)
     "math500": _paper("math500", "math"),
     "commonsense_qa": _paper("commonsense_qa", "choice"),
-    "hotpotqa": _paper("hotpotqa", "hotpot"),
-    "gpqa_diamond": _paper("gpqa_diamond", "choice"),
+    "hotpotqa": _paper("hotpotqa", "hotpot", version=2),  # 2: revision pinned
+    "gpqa_diamond": _paper("gpqa_diamond", "choice", version=2),  # 2: revision pinned
     "mbpp": _paper("mbpp", "mbpp"),
     "countdown": _paper("countdown", "countdown"),
     # GSM8K-style procedural problems (reasoning-gym), for the real-LLM CPU smoke suite

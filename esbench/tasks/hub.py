@@ -9,8 +9,10 @@ Offline mirrors: when `ESBENCH_DATASETS_DIR` is set and holds `<hub id>[/<config
 same `datasets.load_dataset` call (files named after their split: `test.jsonl`, `validation.parquet`, ...). The
 tests point it at hand-written fixture rows in each dataset's real schema.
 
-Revisions: a 40-hex commit where one could be confirmed from public pins; `None` marks a source whose revision
-was not verified here (see `UNPINNED`); those load the hub's default branch and record the resolved fingerprint.
+Revisions: a 40-hex commit where one could be confirmed from public pins (other projects' loaders, download
+scripts and cache paths that name the same commit for the same dataset; this machine has no hub access); `None`
+marks a source whose full commit was not found (see `UNPINNED`); it loads the hub's default branch, and its
+records carry the row hash, so a change upstream shows as a different eval set.
 """
 
 from __future__ import annotations
@@ -181,7 +183,9 @@ SOURCES: dict[str, HubSource] = {
     "aime25": HubSource(
         "math-ai/aime25", None, "563bb8404243c5f09de6ec262f2db674fe5bce9b", {"test": "test"}, _math("problem", "id")
     ),
-    "amc23": HubSource("math-ai/amc23", None, None, {"test": "test"}, _math("question", "id")),
+    "amc23": HubSource(
+        "math-ai/amc23", None, "80815d37005feb82cd7f8fbc6901d5d3eff43057", {"test": "test"}, _math("question", "id")
+    ),
     "math500": HubSource(
         "HuggingFaceH4/MATH-500",
         None,
@@ -192,8 +196,16 @@ SOURCES: dict[str, HubSource] = {
     "commonsense_qa": HubSource(
         "tau/commonsense_qa", None, "94630fe30dad47192a8546eb75f094926d47e155", {"test": "validation"}, _csqa
     ),
-    "hotpotqa": HubSource("hotpotqa/hotpot_qa", "distractor", None, {"test": "validation"}, _hotpot),
-    "gpqa_diamond": HubSource("Idavidrein/gpqa", "gpqa_diamond", None, {"test": "train"}, _gpqa),
+    "hotpotqa": HubSource(
+        "hotpotqa/hotpot_qa",
+        "distractor",
+        "1908d6afbbead072334abe2965f91bd2709910ab",
+        {"test": "validation"},
+        _hotpot,
+    ),
+    "gpqa_diamond": HubSource(  # gated on the hub: needs HF_TOKEN, or a local mirror via ESBENCH_DATASETS_DIR
+        "Idavidrein/gpqa", "gpqa_diamond", "633f5ee89ab8ad4522a9f850766b73f62147ffdd", {"test": "train"}, _gpqa
+    ),
     "mbpp": HubSource(
         "google-research-datasets/mbpp",
         "sanitized",

@@ -66,6 +66,13 @@ def _paper(name: str):
 
         return getattr(paper_verifiers, name)(response, gold)
 
+    def resolve():
+        """The function that does the work (for the release's verifier fingerprint)."""
+        from esbench.tasks import paper_verifiers
+
+        return getattr(paper_verifiers, name)
+
+    verify.resolve = resolve
     return verify
 
 

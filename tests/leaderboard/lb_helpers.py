@@ -38,3 +38,39 @@ def cells(sub: Path) -> dict[str, Path]:
     for d in sorted((sub / "cells").iterdir()):
         out[json.loads((d / "cell.json").read_text())["name"]] = d
     return out
+
+
+def reforge(cell: Path) -> None:
+    """What a forger who also rewrites the record does after editing samples: re-score every response with the
+    task verifier, recompute the record's metrics from them, and re-bind the samples' hashes and cell.json."""
+    import hashlib
+
+    from esbench.analyses import answer_entropy
+    from esbench.evaluation import summarise
+    from esbench.tasks import get_task
+
+    record = json.loads((cell / "record.json").read_text())
+    ev = record["cell"]["spec"]["eval"]
+
+    def rescored(name):
+        rows = [json.loads(x) for x in (cell / "samples" / name).read_text().splitlines()]
+        task = get_task(name.split(".")[0])
+        for r in rows:
+            verdicts = [task.verify(x, r["doc"]["answer"]) for x in r["resps"]]
+            r["answers"] = [v.answer for v in verdicts]
+            r["correct"] = [v.correct for v in verdicts]
+        (cell / "samples" / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return sorted(rows, key=lambda r: r["doc_id"])
+
+    for t in ev["tasks"]:
+        sampled = rescored(f"{t}.jsonl")
+        greedy = rescored(f"{t}.greedy.jsonl") if ev["greedy"] else None
+        old = record["metrics"][t]
+        record["metrics"][t] = {**old, **summarise(sampled, greedy, ev["k"])}
+        if "answer_entropy" in old:
+            record["metrics"][t]["answer_entropy"] = answer_entropy(sampled)
+    record["samples_sha256"] = {
+        f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted((cell / "samples").glob("*.jsonl"))
+    }
+    (cell / "record.json").write_text(json.dumps(record, indent=2, sort_keys=True))
+    (cell / "cell.json").write_text(json.dumps(record["cell"], indent=2, sort_keys=True))

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import shutil
 
-from lb_helpers import cells, edit_json, esbench, rehash
+import pytest
+from lb_helpers import cells, edit_json, esbench, reforge, rehash
 
 from esbench.leaderboard.verify import verify
 
@@ -381,3 +382,171 @@ def test_unbound_samples_file(tampered):
     edit_json(cell / "record.json", lambda r: r["samples_sha256"].pop("tiny_reverse.jsonl"))
     rehash(sub)
     assert_rejected(root, sub, "tiny_reverse.jsonl: not produced by the run")
+
+
+# --- forgeries that also rewrite the record consistently (found by an adversarial review) ---
+
+
+def test_forger_can_make_a_cell_self_consistent(tampered):
+    """The premise of the tests below: `reforge` alone leaves a genuine cell accepted (it rewrites nothing wrong)."""
+    root, sub = tampered
+    reforge(cells(sub)["tiny/arith/es/b2/s0"])
+    rehash(sub)
+    assert reasons(root, sub) == []
+
+
+def test_samples_copied_from_another_cell_with_a_rewritten_record(tampered):
+    """ES's samples shown as the plug-in's, the record re-scored and re-bound to them."""
+    root, sub = tampered
+    c = cells(sub)
+    src, dst = c["tiny/arith/es/b2/s0"], c["tiny/arith/random-search/b2/s0"]
+    shutil.rmtree(dst / "samples")
+    shutil.copytree(src / "samples", dst / "samples")
+    reforge(dst)
+    rehash(sub)
+    got = assert_rejected(root, sub, "copied evidence")
+    assert any(src.name in r and dst.name in r for r in got)
+
+
+def test_claimed_final_weights_of_another_method(tampered):
+    root, sub = tampered
+    c = cells(sub)
+    weights = json.loads((c["tiny/arith/es/b2/s0"] / "record.json").read_text())["provenance"]["final_weights_sha256"]
+    edit_json(
+        c["tiny/arith/random-search/b2/s0"] / "record.json",
+        lambda r: r["provenance"].update(final_weights_sha256=weights),
+    )
+    reforge(c["tiny/arith/random-search/b2/s0"])
+    rehash(sub)
+    assert_rejected(root, sub, "claim identical final weights")
+
+
+def test_over_budget_in_the_record(tampered):
+    root, sub = tampered
+    cell = cells(sub)["tiny/arith/es/b2/s0"]
+    edit_json(cell / "record.json", lambda r: r["budget_used"].update(updates=400))
+    rehash(sub)
+    assert_rejected(root, sub, "budget_used.updates is 400, train.jsonl logs 2 updates", "budget 2 is 2")
+
+
+def test_over_budget_in_the_training_log(tampered):
+    """A log of 6 updates for a 2-update cell, with the record's train summary and budget rewritten to match."""
+    from esbench.runner import _train_summary
+
+    root, sub = tampered
+    cell = cells(sub)["tiny/arith/es/b2/s0"]
+    rows = [json.loads(x) for x in (cell / "train.jsonl").read_text().splitlines()]
+    rewards = [r for r in rows if "reward_mean" in r]
+    rows += [{**r, "update": 2 + i, "reward_mean": 0.99} for i, r in enumerate(rewards * 2)]
+    (cell / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def rewrite(r):
+        r["train"].update(_train_summary(rows))
+        r["budget_used"]["updates"] = 6
+
+    edit_json(cell / "record.json", rewrite)
+    rehash(sub)
+    got = assert_rejected(root, sub, "the cell's budget 2 is 2")
+    assert not any("train.jsonl logs" in r for r in got)
+
+
+def test_an_untrained_cell_spends_no_updates(tampered):
+    root, sub = tampered
+    cell = cells(sub)["tiny/-/base/b0/s0"]
+    edit_json(cell / "record.json", lambda r: r["budget_used"].update(updates=3))
+    rehash(sub)
+    assert_rejected(root, sub, "budget_used.updates is 3 for a cell that does not train")
+
+
+@pytest.mark.parametrize("seed", ["0", 0.5, -7, True])
+def test_seed_must_be_a_non_negative_integer(tampered, seed):
+    """A string "0" next to the integer 0 would count as a distinct seed (and broke the board's sort)."""
+    from esbench.spec import cell_id
+
+    root, sub = tampered
+    src = cells(sub)["tiny/arith/es/b2/s1"]
+    record = json.loads((src / "record.json").read_text())
+    spec = {**record["cell"]["spec"], "seed": seed}
+    new_id = cell_id(spec)
+    record["cell"].update(spec=spec, id=new_id)
+    record["provenance"]["seeds"] = {"cell": seed, "train": seed, "eval": seed}
+    dst = src.parent / new_id
+    src.rename(dst)
+    (dst / "record.json").write_text(json.dumps(record))
+    (dst / "cell.json").write_text(json.dumps(record["cell"]))
+    edit_json(sub / "submission.json", lambda s: [c.update(id=new_id) for c in s["cells"] if c["id"] == src.name])
+    rehash(sub)
+    assert_rejected(root, sub, f"cell.spec.seed {seed!r} is not a non-negative integer")
+
+
+def test_a_task_without_metrics(tampered):
+    root, sub = tampered
+    edit_json(cells(sub)["tiny/arith/es/b2/s0"] / "record.json", lambda r: r["metrics"].update(tiny_arith=None))
+    rehash(sub)
+    assert_rejected(root, sub, "metrics.tiny_arith must be an object of metrics")
+
+
+def test_submission_lists_a_cell_under_another_method(tampered):
+    root, sub = tampered
+    plug = cells(sub)["tiny/arith/random-search/b2/s0"].name
+
+    def relabel(s):
+        for c in s["cells"]:
+            if c["id"] == plug:
+                c.update(method="es", name="tiny/arith/es/b2/s0")
+
+    edit_json(sub / "submission.json", relabel)
+    rehash(sub)
+    assert_rejected(root, sub, f"cell {plug} is listed with name 'tiny/arith/es/b2/s0'", "listed with method 'es'")
+
+
+def _edit_record(path, key, value):
+    def fn(r):
+        node = r
+        *parents, last = key.split(".")
+        for p in parents:
+            node = node[p]
+        node[last] = value
+
+    edit_json(path, fn)
+
+
+MALFORMED = {
+    "huge-integer-metric": ("record.json", "metrics.tiny_arith.pass@1", 10**400),
+    "huge-integer-train-summary": ("record.json", "train.reward_first", 10**400),
+    "labels-not-an-object": ("record.json", "cell.labels", "tiny"),
+    "datasets-not-an-object": ("record.json", "provenance.datasets", "x"),
+    "eval-without-tasks": ("record.json", "cell.spec.eval", {"n": 4}),
+    "unknown-train-task": ("record.json", "cell.spec.dataset.task", "nope"),
+    "model-not-an-object": ("record.json", "cell.spec.model", "x"),
+    "seed-a-list": ("record.json", "cell.spec.seed", [1]),
+    "suite-a-list": ("submission.json", "suite", ["tiny"]),
+    "cell-id-a-list": ("submission.json", "cells", [{"id": ["x"]}]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_malformed_values_are_reasons_not_crashes(tampered, case):
+    root, sub = tampered
+    where, key, value = MALFORMED[case]
+    path = sub / where if where == "submission.json" else cells(sub)["tiny/arith/es/b2/s0"] / where
+    _edit_record(path, key, value)
+    rehash(sub)
+    assert reasons(root, sub), f"{case} was accepted"
+
+
+@pytest.mark.parametrize("case", ["long-manifest-name", "train-line-not-an-object", "samples-not-utf8"])
+def test_malformed_files_are_reasons_not_crashes(tampered, case):
+    root, sub = tampered
+    cell = cells(sub)["tiny/arith/es/b2/s0"]
+    if case == "long-manifest-name":
+        rehash(sub)
+        edit_json(sub / "MANIFEST.json", lambda m: m["files"].update({"x" * 300: "0" * 64}))
+    else:
+        if case == "train-line-not-an-object":
+            (cell / "train.jsonl").write_text("1\n")
+        else:
+            (cell / "samples" / "tiny_arith.jsonl").write_bytes(b"\xff\xfe not utf-8\n")
+        rehash(sub)
+    proc = esbench("leaderboard", "verify", str(sub), "--root", str(root))
+    assert proc.returncode == 1 and "REJECTED" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
