@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-CURRENT = "v1.0"
+CURRENT = "v1.1"
 _RELEASE_ID = re.compile(r"^v\d+\.\d+$")
 
 

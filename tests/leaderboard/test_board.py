@@ -1,6 +1,6 @@
 """Paper-grid cells map to the paper's rows and are coloured by the rule; other cells say "no paper reference".
 
-No paper-scale run fits on CPU, so these tests hand `board` verified-looking cells of release v1.0's paper-easy
+No paper-scale run fits on CPU, so these tests hand `board` verified-looking cells of the current release's paper-easy
 grid with chosen per-problem outcomes, and check where they land and how they are judged.
 """
 
@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from esbench.leaderboard import board as lb
-from esbench.leaderboard.release import load_release
+from esbench.leaderboard.release import CURRENT, load_release
 from esbench.leaderboard.render import markdown, page
 from esbench.leaderboard.verify import CellResult, Report
 
 ROOT = Path(__file__).resolve().parents[2] / "leaderboard"
-RELEASE = load_release(ROOT, "v1.0")
+RELEASE = load_release(ROOT, CURRENT)
 FROZEN = json.loads((RELEASE["dir"] / RELEASE["cells"]).read_text())
 
 
@@ -29,7 +29,7 @@ def frozen_cell(suite: str, method: str, model: str | None = None) -> dict:
 
 def fake_cell(cell: dict, outcomes: dict[str, dict[str, int]], problems: int) -> CellResult:
     """A cell whose per-problem results are `c` successes out of `problems` for each task and metric."""
-    rec = {"cell": cell, "release": "v1.0", "provenance": {"git_commit": "abc", "model": {}}, "metrics": {}}
+    rec = {"cell": cell, "release": CURRENT, "provenance": {"git_commit": "abc", "model": {}}, "metrics": {}}
     result = CellResult(cell["id"], rec, grid="release")
     for task, per_metric in outcomes.items():
         result.recomputed[task] = {m: c / problems for m, c in per_metric.items()}
@@ -40,7 +40,7 @@ def fake_cell(cell: dict, outcomes: dict[str, dict[str, int]], problems: int) ->
 @pytest.fixture
 def report(tmp_path) -> Report:
     (tmp_path / "MANIFEST.json").write_text("{}")
-    r = Report(tmp_path, "v1.0", submission={"name": "paper-run", "suite": "paper-easy"})
+    r = Report(tmp_path, CURRENT, submission={"name": "paper-run", "suite": "paper-easy"})
     base = frozen_cell("paper-easy", "base", "qwen2.5-1.5b")
     es = frozen_cell("paper-easy", "es", "qwen2.5-1.5b")
     n = 1319

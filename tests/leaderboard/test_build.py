@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from lb_helpers import edit_json, esbench, rehash
 
+from esbench.leaderboard.release import CURRENT
+
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = [
     "--no-sandbox",
@@ -144,6 +146,6 @@ def test_page_in_headless_chromium(built):
 
 def test_release_data_drives_the_page(built):
     lb, _ = built
-    data = json.loads((lb / "releases" / "v1.0" / "release.json").read_text())
+    data = json.loads((lb / "releases" / CURRENT / "release.json").read_text())
     page = (lb / "site" / "index.html").read_text()
     assert f"within {data['rule']['warn_factor']:g}× the band" in page

@@ -7,13 +7,14 @@ import shutil
 
 from lb_helpers import edit_json, esbench
 
+from esbench.leaderboard.release import CURRENT
 from esbench.leaderboard.verify import manifest_for
 
 
 def test_genuine_submission_layout(genuine):
     root, sub, run, _ = genuine
     meta = json.loads((sub / "submission.json").read_text())
-    assert meta["schema"] == "esbench.submission/1" and meta["release"] == "v1.0" and meta["suite"] == "lbsmall"
+    assert meta["schema"] == "esbench.submission/1" and meta["release"] == CURRENT and meta["suite"] == "lbsmall"
     assert sorted(c["id"] for c in meta["cells"]) == sorted(p.name for p in (sub / "cells").iterdir())
     manifest = json.loads((sub / "MANIFEST.json").read_text())
     assert manifest == manifest_for(sub)  # every file, and only those, with its SHA-256
@@ -25,7 +26,7 @@ def test_genuine_submission_layout(genuine):
         assert sorted(p.name for p in (cell / "samples").iterdir()) == sorted(
             p.name for p in (src / "samples").iterdir()
         )
-        assert json.loads((cell / "record.json").read_text())["release"] == "v1.0"
+        assert json.loads((cell / "record.json").read_text())["release"] == CURRENT
 
 
 def test_plugin_cell_was_trained_through_the_entry_point(genuine):

@@ -8,6 +8,7 @@ import shutil
 import pytest
 from lb_helpers import cells, edit_json, esbench, reforge, rehash
 
+from esbench.leaderboard.release import CURRENT
 from esbench.leaderboard.verify import verify
 
 
@@ -196,7 +197,7 @@ def test_edited_cell_spec(tampered):
     cell.rename(cell.parent / new_id)
     edit_json(sub / "submission.json", lambda s: [c.update(id=new_id) for c in s["cells"] if c["id"] == old_id])
     rehash(sub)
-    got = assert_rejected(root, sub, "not on the grid of release v1.0's suites", "method.config.population")
+    got = assert_rejected(root, sub, f"not on the grid of release {CURRENT}'s suites", "method.config.population")
     assert not any("hash is" in r for r in got)
 
 
@@ -205,14 +206,14 @@ def test_record_from_another_release(tampered):
     cell = cells(sub)["tiny/-/base/b0/s0"]
     edit_json(cell / "record.json", lambda r: r.update(release="v0.9"))
     rehash(sub)
-    assert_rejected(root, sub, "record from another release ('v0.9', expected 'v1.0')")
+    assert_rejected(root, sub, f"record from another release ('v0.9', expected '{CURRENT}')")
 
 
 def test_submission_for_another_release(tampered):
     root, sub = tampered
     edit_json(sub / "submission.json", lambda s: s.update(release="v2.0"))
     rehash(sub)
-    assert_rejected(root, sub, "release 'v2.0', but it is being verified against v1.0")
+    assert_rejected(root, sub, f"release 'v2.0', but it is being verified against {CURRENT}")
     assert verify(sub, root, "v2.0").reasons[0].startswith("release: no release v2.0")
 
 
@@ -295,10 +296,10 @@ def test_edited_dataset_provenance(tampered):
 def test_changed_verifier_makes_numbers_incomparable(tampered):
     root, sub = tampered
     edit_json(
-        root / "releases" / "v1.0" / "release.json",
+        root / "releases" / CURRENT / "release.json",
         lambda r: r["tasks"]["tiny_reverse"].update(verifier_sha256="f" * 64),
     )
-    assert_rejected(root, sub, "task tiny_reverse's verifier differs from release v1.0")
+    assert_rejected(root, sub, f"task tiny_reverse's verifier differs from release {CURRENT}")
 
 
 def test_garbage_record_is_a_reason_not_a_crash(tampered):
