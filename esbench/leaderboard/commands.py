@@ -1,4 +1,4 @@
-"""Command-line entry points: `esbench submit`, `esbench leaderboard verify|build|release` (DESIGN.md contract).
+"""Command-line entry points: `esbench submit`, `esbench leaderboard verify|reproduce|build|release` (DESIGN.md).
 
 Exit codes: 0 accepted / built; 1 rejected (every reason listed); 2 bad input (no such folder, unknown release).
 """
@@ -45,16 +45,66 @@ def cmd_submit(args) -> int:
     return 0
 
 
-def cmd_verify(args) -> int:
+def _verified(args, command: str):
+    """(report, None) for the submission at args.path, or (None, exit code) when there is no such folder."""
     from esbench.leaderboard.verify import verify
 
     path = Path(args.path)
     if not path.is_dir():
-        print(f"esbench leaderboard verify: {path}: no such submission folder", file=sys.stderr)
-        return EXIT_INVALID
-    report = verify(path, Path(args.root), args.release)
+        print(f"esbench leaderboard {command}: {path}: no such submission folder", file=sys.stderr)
+        return None, EXIT_INVALID
+    return verify(path, Path(args.root), args.release), None
+
+
+def cmd_verify(args) -> int:
+    report, code = _verified(args, "verify")
+    if report is None:
+        return code
     _print_report(report, args.json)
     return 0 if report.ok else EXIT_REJECTED
+
+
+def cmd_reproduce(args) -> int:
+    import tempfile
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from esbench.leaderboard.release import load_release
+    from esbench.leaderboard.reproduce import reproduce
+
+    report, code = _verified(args, "reproduce")
+    if report is None:
+        return code
+    path = Path(args.path)
+    if not report.ok:  # never execute a submission that does not even verify
+        _print_report(report, False)
+        return EXIT_REJECTED
+    rule = load_release(Path(args.root), args.release)["rule"]
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="esbench-reproduce-"))
+    console = Console(stderr=True)
+    checks = reproduce(
+        path, out, rule, args.only, args.exact, on_cell=lambda c: console.print(f"re-running {c.name} into {out}")
+    )
+    if not checks:
+        print(f"esbench leaderboard reproduce: no cell of {path} matches --only {args.only}", file=sys.stderr)
+        return EXIT_INVALID
+    if args.json:
+        print(json.dumps([c.to_json() for c in checks], indent=2))
+    else:
+        table = Table(title=f"re-run of {path.name} (release {args.release})")
+        for col in ("cell", "status", "weights", "samples", "worst Pass@k difference (pp)"):
+            table.add_column(col)
+        for c in checks:
+            worst = max(c.metrics, key=lambda m: abs(m["rerun"] - m["submitted"]), default=None)
+            diff = f"{worst['rerun'] - worst['submitted']:+.2f} ({worst['task']} {worst['metric']})" if worst else "-"
+            same = {True: "identical", False: "differ"}
+            table.add_row(c.name, c.status, same[c.weights_identical], same[c.samples_identical], diff)
+        Console().print(table)
+        for c in checks:
+            for r in c.reasons:
+                print(f"  - {c.name}: {r}", file=sys.stderr)
+    return EXIT_REJECTED if any(c.status == "failed" for c in checks) else 0
 
 
 def cmd_build(args) -> int:
@@ -124,6 +174,15 @@ def add_parsers(sub) -> None:
         p.add_argument("--root", default=str(default_root()), help=root_help)
         p.add_argument("--release", default=CURRENT, help=f"release id (default: {CURRENT})")
     v.set_defaults(fn=cmd_verify)
+    rp = lsub.add_parser("reproduce", help="re-run a verified submission's cells and compare them with the submitted")
+    rp.add_argument("path")
+    rp.add_argument("--only", action="append", help="cell name or id glob (repeatable; default: every cell)")
+    rp.add_argument("--out", help="folder for the re-runs (resumable; default: a new temporary folder)")
+    rp.add_argument("--exact", action="store_true", help="fail any cell whose weights or samples are not identical")
+    rp.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    rp.add_argument("--root", default=str(default_root()), help=root_help)
+    rp.add_argument("--release", default=CURRENT, help=f"release id (default: {CURRENT})")
+    rp.set_defaults(fn=cmd_reproduce)
     b.set_defaults(fn=cmd_build)
     r = lsub.add_parser("release", help="freeze a new release (maintainers): suites, reference, rule, task pins")
     r.add_argument("id", help="vMAJOR.MINOR, new")

@@ -29,6 +29,11 @@ SHORT = {"pass@1": "@1", "pass@16": "@16", "pass@32": "@32", "maj@16": "M@16", "
 MARK = {"reproduced": "✓", "warn": "⚠", "fail": "✗"}
 
 
+def _seeds(seeds: list[int]) -> str:
+    """How many seeds, then which: "1 (0)" rather than a bare "0" that reads as a count."""
+    return f"{len(seeds)} ({','.join(map(str, seeds))})"
+
+
 def render(board: Board, root: Path) -> list[Path]:
     """Write README.md, site/index.html and site/plots/*.png under `root`; returns the files written."""
     root = Path(root)
@@ -199,7 +204,7 @@ def suite_sections(board: Board) -> list[str]:
                     min(statuses, key=lambda s: ["fail", "warn", "reproduced", NO_REF].index(s)) if statuses else "—"
                 )
                 out.append(
-                    f"| {e.model} | {e.method}{plug} | {e.budget} | {','.join(map(str, e.seeds))} | "
+                    f"| {e.model} | {e.method}{plug} | {e.budget} | {_seeds(e.seeds)} | "
                     + " | ".join(cells)
                     + f" | {status} |"
                 )
@@ -409,7 +414,7 @@ def page(board: Board, plots: dict[str, str]) -> str:
                 _td(en.model, en.model, "txt", en.model_path),
                 _td(en.method + (" (plug-in)" if en.grid == "plug-in" else ""), en.method, "txt", en.kind),
                 _td(str(en.budget), en.budget if isinstance(en.budget, int) else str(en.budget)),
-                _td(",".join(map(str, en.seeds)), len(en.seeds)),
+                _td(_seeds(en.seeds), len(en.seeds)),
                 _td(t + (" (held out)" if td["held_out"] else ""), t, "txt"),
                 _paper_row(td),
             ]

@@ -5,12 +5,15 @@ Nothing in a submission is trusted. Verification:
 - checks each record against the record schema of the release, and that it carries the release's id;
 - recomputes each cell's id from its spec and checks the spec is a cell of the release's suites (a plug-in method
   may take the place of a built-in one on the same grid point: same model, data, budget and eval block);
-- checks that provenance is complete, that seeds agree and are distinct, and that no two cells share evidence;
+- checks that provenance is complete, that seeds are integers that agree and are distinct, and that no two cells
+  share evidence (sampled outputs or trained weights), within a grid point or across grid points;
+- checks the updates spent against the training log and against the updates the cell's budget buys;
 - re-reads each per-sample log, checks every problem is the release's eval problem, re-runs the task verifiers on
   every response (the stored `correct` flags are ignored) and recomputes every metric of the record.
 
-It collects every reason rather than stopping at the first, so a submitter fixes everything in one go. What it
-cannot detect is a consistent forgery of the model's outputs themselves; re-running a cell is the check for that.
+It collects every reason rather than stopping at the first, so a submitter fixes everything in one go, and turns
+malformed input into reasons rather than tracebacks. What it cannot detect is a consistent forgery of the model's
+outputs themselves (docs/leaderboard.md says which); re-running a cell is the check for that.
 """
 
 from __future__ import annotations

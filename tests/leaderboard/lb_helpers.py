@@ -74,3 +74,26 @@ def reforge(cell: Path) -> None:
     }
     (cell / "record.json").write_text(json.dumps(record, indent=2, sort_keys=True))
     (cell / "cell.json").write_text(json.dumps(record["cell"], indent=2, sort_keys=True))
+
+
+def copy_as_seed(sub: Path, name: str, seed: int, **provenance) -> Path:
+    """A forger's copy of cell `name` as another seed: spec, id, name, folder, provenance seeds and the
+    submission's cell list all made consistent (the manifest is left to `rehash`)."""
+    import shutil
+
+    from esbench.spec import cell_id
+
+    src = cells(sub)[name]
+    record = json.loads((src / "record.json").read_text())
+    old = record["cell"]["spec"]["seed"]
+    spec = {**record["cell"]["spec"], "seed": seed}
+    new_id = cell_id(spec)
+    record["cell"].update(spec=spec, id=new_id, name=record["cell"]["name"].replace(f"/s{old}", f"/s{seed}"))
+    record["provenance"].update(seeds={"cell": seed, "train": seed, "eval": seed}, **provenance)
+    dst = src.parent / new_id
+    shutil.copytree(src, dst)
+    (dst / "record.json").write_text(json.dumps(record))
+    (dst / "cell.json").write_text(json.dumps(record["cell"]))
+    entry = {"id": new_id, "name": record["cell"]["name"], "method": record["cell"]["labels"]["method"]}
+    edit_json(sub / "submission.json", lambda s: s["cells"].append(entry))
+    return dst

@@ -6,7 +6,7 @@ import json
 import shutil
 
 import pytest
-from lb_helpers import cells, edit_json, esbench, reforge, rehash
+from lb_helpers import cells, copy_as_seed, edit_json, esbench, reforge, rehash
 
 from esbench.leaderboard.release import CURRENT
 from esbench.leaderboard.verify import verify
@@ -149,20 +149,8 @@ def test_missing_provenance(tampered):
 
 def test_duplicated_seed(tampered):
     """A forger copies seed 0's cell as seed 2, with a consistent spec, id, folder and manifest."""
-    from esbench.spec import cell_id
-
     root, sub = tampered
-    src = cells(sub)["tiny/arith/es/b2/s0"]
-    record = json.loads((src / "record.json").read_text())
-    spec = {**record["cell"]["spec"], "seed": 2}
-    new_id = cell_id(spec)
-    record["cell"].update(spec=spec, id=new_id, name=record["cell"]["name"].replace("/s0", "/s2"))
-    record["provenance"]["seeds"] = {"cell": 2, "train": 2, "eval": 2}
-    dst = src.parent / new_id
-    shutil.copytree(src, dst)
-    (dst / "record.json").write_text(json.dumps(record))
-    (dst / "cell.json").write_text(json.dumps(record["cell"]))
-    edit_json(sub / "submission.json", lambda s: s["cells"].append({"id": new_id, "name": record["cell"]["name"]}))
+    copy_as_seed(sub, "tiny/arith/es/b2/s0", 2)
     rehash(sub)
     got = assert_rejected(root, sub, "duplicated seed")
     assert any("identical sampled outputs" in r for r in got) and any("identical final weights" in r for r in got)
