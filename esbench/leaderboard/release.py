@@ -118,7 +118,6 @@ def _code_names(code) -> tuple[set[str], set[str]]:
     return names - imported, imported
 
 
-@functools.cache
 def _distribution_of(module_name: str) -> str | None:
     dists = _packages_distributions().get(module_name.split(".")[0], [])
     return dists[0] if dists and dists[0] != "esbench" else None
@@ -208,18 +207,9 @@ PAPER_MAP: dict[str, Any] = {
 
 
 def task_source(task) -> dict[str, Any]:
-    """Where a task's rows come from, without machine-local details: hub id, config and revision for hub data."""
-    prov = task.provenance("test" if "test" in _splits(task) else "train")
-    return {k: v for k, v in prov.items() if k not in ("split", "local_mirror", "seed")}
-
-
-def _splits(task) -> set[str]:
-    kind, _, key = (task.source or "").partition(":")
-    if kind == "hub":
-        from esbench.tasks import hub
-
-        return set(hub.SOURCES[key].splits)
-    return {"train", "test"}
+    """Where a task's rows come from, without split or machine-local details: hub id, config and revision for hub
+    data, the generator (and its version) otherwise."""
+    return {k: v for k, v in task.provenance("test").items() if k not in ("split", "local_mirror", "seed")}
 
 
 def write_release(

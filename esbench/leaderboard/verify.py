@@ -272,6 +272,21 @@ def _check_submission(sub: dict[str, Any], path: Path, release: dict[str, Any], 
         report.add(f"{SUBMISSION}: 'cells' must list the submitted cells")
 
 
+def _point(c: CellResult) -> str:
+    """The grid point of a cell: its spec without the seed."""
+    return _strip(c.record["cell"]["spec"], "seed")
+
+
+def _same_run(a: CellResult, b: CellResult) -> bool:
+    """Same final weights sampled with the same seed and eval block: identical outputs are then expected."""
+    sa, sb = a.record["cell"]["spec"], b.record["cell"]["spec"]
+    return (
+        a.record["provenance"].get("final_weights_sha256") == b.record["provenance"].get("final_weights_sha256")
+        and sa["seed"] == sb["seed"]
+        and _canon(sa["eval"]) == _canon(sb["eval"])
+    )
+
+
 def _check_across_cells(report: Report, sub: dict[str, Any], dirs: list[Path]) -> None:
     listed = sub.get("cells")
     if isinstance(listed, list):
@@ -297,8 +312,7 @@ def _check_across_cells(report: Report, sub: dict[str, Any], dirs: list[Path]) -
     groups: dict[str, list[CellResult]] = {}
     suites = set()
     for c in report.cells:
-        spec = c.record["cell"]["spec"]
-        groups.setdefault(_strip(spec, "seed"), []).append(c)
+        groups.setdefault(_point(c), []).append(c)
         suites.add(c.record["cell"].get("labels", {}).get("suite"))
     if sub.get("suite") and suites - {sub.get("suite")}:
         report.add(f"cells come from suites {sorted(map(str, suites))}, the submission declares {sub.get('suite')!r}")
@@ -310,57 +324,37 @@ def _check_across_cells(report: Report, sub: dict[str, Any], dirs: list[Path]) -
                 report.add(f"duplicated seed: cells {seen[seed]} and {c.id} are the same grid point with seed {seed}")
             seen[seed] = c.id
     # Copied evidence. Two seeds of one grid point never sample the same outputs (T > 0: the eval seed drives the
-    # sampler), and never train to the same weights unless training left the weights untouched. Across different
-    # grid points identical outputs are legitimate (a training run that did not move the weights samples exactly
-    # like base with the same seed), so only seeds of the same grid point are compared.
-    for members in groups.values():
-        by_evidence: dict[str, str] = {}
-        by_weights: dict[str, str] = {}
-        for c in members:
-            spec = c.record["cell"]["spec"]
-            if spec["eval"].get("temperature", 0) > 0 and c.evidence:
-                key = c.evidence
-                if key in by_evidence:
-                    report.add(
-                        f"duplicated seed: cells {by_evidence[key]} and {c.id} have identical sampled outputs "
-                        "(one run's evidence submitted under two seeds)"
-                    )
-                by_evidence.setdefault(key, c.id)
-            prov = c.record["provenance"]
-            weights = prov.get("final_weights_sha256")
-            moved = weights != (prov.get("model") or {}).get("state_sha256")
-            if spec["dataset"] is not None and weights and moved:
-                if weights in by_weights:
-                    report.add(
-                        f"duplicated seed: trained cells {by_weights[weights]} and {c.id} have identical final weights"
-                    )
-                by_weights.setdefault(weights, c.id)
-    # Across grid points: identical sampled outputs (T > 0) come only from identical weights sampled with the same
-    # seed and eval block; and two trained cells never reach the same moved weights. Samples copied from another
-    # cell (even with the record rewritten to match) fail one of these.
-    by_output: dict[str, CellResult] = {}
-    moved_weights: dict[str, CellResult] = {}
+    # sampler) and never train to the same moved weights. Across grid points, identical outputs come only from
+    # identical weights sampled with the same seed and eval block (a run that left the weights untouched samples
+    # exactly like base), and two trained cells never reach the same moved weights. Samples copied from another
+    # cell fail one of these even when the record was rewritten to match.
+    by_output: dict[str, list[CellResult]] = {}
+    by_weights: dict[str, list[CellResult]] = {}
     for c in report.cells:
         spec, prov = c.record["cell"]["spec"], c.record["provenance"]
         weights = prov.get("final_weights_sha256")
         if spec["eval"].get("temperature", 0) > 0 and c.evidence:
-            other = by_output.setdefault(c.evidence, c)
-            o_spec = other.record["cell"]["spec"]
-            same_run = (
-                weights == other.record["provenance"].get("final_weights_sha256")
-                and spec["seed"] == o_spec["seed"]
-                and _canon(spec["eval"]) == _canon(o_spec["eval"])
-            )
-            if other is not c and not same_run and _strip(spec, "seed") != _strip(o_spec, "seed"):
+            earlier = by_output.setdefault(c.evidence, [])
+            twin = next((o for o in earlier if _point(o) == _point(c)), None)
+            if twin is not None:
                 report.add(
-                    f"copied evidence: cells {other.id} and {c.id} have identical sampled outputs but different "
+                    f"duplicated seed: cells {twin.id} and {c.id} have identical sampled outputs "
+                    "(one run's evidence submitted under two seeds)"
+                )
+            elif earlier and not _same_run(earlier[0], c):
+                report.add(
+                    f"copied evidence: cells {earlier[0].id} and {c.id} have identical sampled outputs but different "
                     "weights, seeds or eval settings"
                 )
-        moved = weights and weights != (prov.get("model") or {}).get("state_sha256")
-        if spec["dataset"] is not None and moved:
-            other = moved_weights.setdefault(weights, c)
-            if other is not c and _strip(spec, "seed") != _strip(other.record["cell"]["spec"], "seed"):
-                report.add(f"copied evidence: trained cells {other.id} and {c.id} claim identical final weights")
+            earlier.append(c)
+        if spec["dataset"] is not None and weights and weights != (prov.get("model") or {}).get("state_sha256"):
+            earlier = by_weights.setdefault(weights, [])
+            twin = next((o for o in earlier if _point(o) == _point(c)), None)
+            if twin is not None:
+                report.add(f"duplicated seed: trained cells {twin.id} and {c.id} have identical final weights")
+            elif earlier:
+                report.add(f"copied evidence: trained cells {earlier[0].id} and {c.id} claim identical final weights")
+            earlier.append(c)
     # One model spec, one starting point: every cell of the same model must start from the same weights.
     starts: dict[str, tuple[str, str]] = {}
     for c in report.cells:
@@ -430,8 +424,8 @@ def _check_cell(d: Path, release: dict[str, Any], grid: ReleaseGrid, report: Rep
     for key in sorted(set(record) - set(RECORD_KEYS)):
         report.unverified.setdefault(key, []).append(result.id)  # e.g. `analyses`: drift, diversity, sparsity
     _check_provenance(where, record, release, report)
-    _check_datasets(where, record, release, report)
-    _check_train_log(where, d, record, report)
+    train_size = _check_datasets(where, record, release, report)
+    _check_train_log(where, d, record, train_size, report)
     _recompute(where, d, record, release, result, report)
     return result
 
@@ -480,7 +474,8 @@ def _check_provenance(where: str, record: dict[str, Any], release: dict[str, Any
         report.add(f"{where}: an untrained cell's final weights differ from its starting weights")
 
 
-def _check_datasets(where: str, record: dict[str, Any], release: dict[str, Any], report: Report) -> None:
+def _check_datasets(where: str, record: dict[str, Any], release: dict[str, Any], report: Report) -> int | None:
+    """Check the eval and train sets against provenance; returns the train set's size (None: the cell trains not)."""
     from esbench.tasks import get_task, rows_hash
 
     spec = record["cell"]["spec"]
@@ -507,18 +502,19 @@ def _check_datasets(where: str, record: dict[str, Any], release: dict[str, Any],
             continue
         if got.get("sha256") != rows_hash(rows) or got.get("rows") != len(rows):
             report.add(f"{where}: provenance.datasets.eval.{t} does not match the release's eval set (hash or size)")
+    if spec.get("dataset") is None:
+        return None
+    task = get_task(spec["dataset"]["task"])
+    rows = task.rows("train", spec["dataset"].get("size"))
     train = (record["provenance"].get("datasets") or {}).get("train")
-    if spec.get("dataset") is not None:
-        if not isinstance(train, dict):
-            report.add(f"{where}: missing provenance: provenance.datasets.train")
-        else:
-            task = get_task(spec["dataset"]["task"])
-            rows = task.rows("train", spec["dataset"].get("size"))
-            if train.get("sha256") != rows_hash(rows) or train.get("version") != task.version:
-                report.add(f"{where}: provenance.datasets.train does not match the train set of the cell's spec")
+    if not isinstance(train, dict):
+        report.add(f"{where}: missing provenance: provenance.datasets.train")
+    elif train.get("sha256") != rows_hash(rows) or train.get("version") != task.version:
+        report.add(f"{where}: provenance.datasets.train does not match the train set of the cell's spec")
+    return len(rows)
 
 
-def _check_train_log(where: str, d: Path, record: dict[str, Any], report: Report) -> None:
+def _check_train_log(where: str, d: Path, record: dict[str, Any], train_size: int | None, report: Report) -> None:
     from esbench.runner import _train_summary
 
     spec = record["cell"]["spec"]
@@ -544,7 +540,7 @@ def _check_train_log(where: str, d: Path, record: dict[str, Any], report: Report
     summary = _train_summary(rows)
     # The budget is the comparison's unit: a cell that spent more updates than its spec says is not on the grid
     # point it claims, whatever its record says. The log has one reward row per update.
-    expected = _expected_updates(spec)
+    expected = _expected_updates(spec, train_size)
     if used != summary["updates_logged"]:
         report.add(f"{where}: budget_used.updates is {used!r}, train.jsonl logs {summary['updates_logged']} updates")
     if expected is not None and used != expected:
@@ -554,10 +550,9 @@ def _check_train_log(where: str, d: Path, record: dict[str, Any], report: Report
             report.add(f"{where}: record train.{k} is {record['train'].get(k)!r}, train.jsonl gives {v!r}")
 
 
-def _expected_updates(spec: dict[str, Any]) -> int | None:
+def _expected_updates(spec: dict[str, Any], train_size: int) -> int | None:
     """Updates the cell's budget buys (None when an epoch budget's method is not installed here)."""
     from esbench.methods import registry, resolve_budget
-    from esbench.tasks import get_task
 
     budget = spec["budget"]
     if isinstance(budget, int) and not isinstance(budget, bool):
@@ -567,8 +562,7 @@ def _expected_updates(spec: dict[str, Any]) -> int | None:
     except KeyError:
         return None
     config = cls.Config.model_validate(spec["method"]["config"])
-    rows = get_task(spec["dataset"]["task"]).rows("train", spec["dataset"].get("size"))
-    return resolve_budget(budget, len(rows), config)
+    return resolve_budget(budget, train_size, config)
 
 
 def _close(a: Any, b: Any) -> bool:
