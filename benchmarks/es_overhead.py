@@ -33,7 +33,7 @@ def phase_memory(args, phase: str) -> dict:
     from esbench.backends.hf import HFBackend
 
     model, tok, prompts = load(args.model, args.device, args.dtype)
-    backend = HFBackend(model, tok, batch_size=args.batch)
+    backend = HFBackend(model, tok, device=args.device, batch_size=args.batch)
     prompts = prompts[: args.batch]
     if args.device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
@@ -92,7 +92,7 @@ def main() -> None:
 
     model, tok, prompts = load(args.model, args.device, args.dtype)
     prompts = prompts[: args.batch]
-    backend = HFBackend(model, tok, batch_size=args.batch)
+    backend = HFBackend(model, tok, device=args.device, batch_size=args.batch)
     editor = backend.weight_editor("fp32-master")
     cfg = ESConfig(population=args.population, sigma=1e-3, alpha=5e-4)
     gen = dict(temperature=0.0, max_new_tokens=args.max_new_tokens)

@@ -32,20 +32,20 @@ def phase(args) -> dict:
     from esbench.methods import TrainContext
     from esbench.methods.es import ES, ESConfig
     from esbench.methods.grpo import GRPO, GRPOSettings
-    from esbench.runner import Reward
+    from esbench.rewards import Reward
     from esbench.tasks import get_task
 
     model, tok, prompts = load(args.model, args.device, args.dtype)
     task = get_task("tiny_arith")
     rows = task.rows("train", 64)
-    backend = HFBackend(model, tok, batch_size=args.batch * args.generations)
+    backend = HFBackend(model, tok, device=args.device, batch_size=args.batch * args.generations)
     gen = dict(max_new_tokens=args.max_new_tokens)
     backend.generate(prompts[: args.batch], **gen)  # warm-up
     cuda = args.device.startswith("cuda")
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     work = Path(tempfile.mkdtemp())
-    ctx = TrainContext(seed=0, workdir=work, log_path=work / "train.jsonl", prompt=task.prompt)
+    ctx = TrainContext(seed=0, workdir=work, log_path=work / "train.jsonl", prompt=task.prompt, backend=backend)
     start = time.perf_counter()
     with PeakRSS() as rss:
         if args.phase == "inference-es":  # ES's roll-outs without ES: one greedy batch per member
@@ -61,7 +61,7 @@ def phase(args) -> dict:
                 max_new_tokens=args.max_new_tokens,
                 checkpoint_every=10**6,
             )
-            ES().train(model, tok, rows, Reward(task), args.updates, cfg, ctx)
+            ES().train(rows, Reward(task), args.updates, cfg, ctx)
         else:
             cfg = GRPOSettings(
                 prompts_per_rollout=args.batch,
@@ -71,7 +71,7 @@ def phase(args) -> dict:
                 max_completion_length=args.max_new_tokens,
                 checkpoint_every=10**6,
             )
-            GRPO().train(model, tok, rows, Reward(task), args.updates, cfg, ctx)
+            GRPO().train(rows, Reward(task), args.updates, cfg, ctx)
     seconds = (time.perf_counter() - start) / args.updates
     peak = torch.cuda.max_memory_allocated() if cuda else rss.peak - rss.base
     return {"peak_bytes": peak, "seconds_per_update": seconds}

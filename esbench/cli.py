@@ -135,6 +135,35 @@ def _records(out: str, suite: Suite, cells):
     return recs
 
 
+def cmd_run_cell(args) -> int:
+    """One cell from its frozen `cell.json` into DIR: the seam that executors and container runtimes call."""
+    from esbench.records import CellBusy
+    from esbench.runner import run_cell_file
+
+    cell_json = Path(args.cell_json)
+    try:
+        spec = json.loads(cell_json.read_text())
+        if not isinstance(spec, dict) or not {"spec", "labels"} <= set(spec):
+            raise ValueError("expected an object with 'spec' and 'labels' (a cell.json written by esbench)")
+        from esbench.spec import Cell
+
+        Cell.from_json(spec).typed  # noqa: B018  (validates the spec before anything runs)
+    except (OSError, ValueError) as e:  # pydantic's ValidationError is a ValueError
+        print(f"esbench run-cell: {cell_json}: {e}", file=sys.stderr)
+        return EXIT_INVALID
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    out = Path(args.out)
+    _setup_logging(out / "esbench.log")
+    try:
+        record = run_cell_file(cell_json, out, on_stage=lambda s: print(f"{spec['name']}: {s}", flush=True))
+    except CellBusy as e:
+        print(f"esbench run-cell: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps({"id": record["cell"]["id"], "record": str(out / "record.json")}))
+    return 0
+
+
 def cmd_env(args) -> int:
     from esbench.provenance import environment
 
@@ -189,6 +218,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--executor", default="local", choices=["local"], help="where cells run (ray/slurm: planned)")
     r.add_argument("--runtime", default="local", choices=["local"], help="how cells run (containers: planned)")
     r.set_defaults(fn=cmd_run)
+
+    rc = sub.add_parser("run-cell", help="run one cell from its frozen cell.json (what executors and containers call)")
+    rc.add_argument("cell_json", help="a cell.json written by esbench (runs/<suite>/<id>/cell.json)")
+    rc.add_argument("--out", required=True, help="the cell's folder (record.json, samples/, train.jsonl)")
+    rc.set_defaults(fn=cmd_run_cell)
 
     rp = sub.add_parser("report", help="paper-layout tables and plots of a run folder (runs/<suite>)")
     rp.add_argument("run_dir")

@@ -1,6 +1,7 @@
 """Evaluation through lm-eval: sampled Pass@k / Maj@k and a greedy pass, with per-sample evidence.
 
-esbench calls `lm_eval.simple_evaluate` with `HFLM` wrapping the in-memory model, on the task configs shipped in
+esbench calls `lm_eval.simple_evaluate` with the cell backend's lm-eval adapter (`Backend.lm_eval_model`), so
+evaluation samples through the same explicit sampler as training, on the task configs shipped in
 `esbench/tasks/configs/`. The suite's eval settings are applied as per-task overrides (`repeats: n`, sampling
 kwargs), so a plain `lm_eval --include_path` run of the same config with the same overrides is the same
 evaluation. lm-eval's own pass@k needs the hub, so Pass@k and Maj@k are computed here from the logged samples
@@ -16,16 +17,18 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from esbench.metrics.diversity import answer_entropy as cluster_entropy
 from esbench.metrics.passk import majority_correct, mean_pass_at_k
 from esbench.records import atomic_write_text
 from esbench.tasks import LM_EVAL_DIR, get_task
 from esbench.tasks.configs.utils import flatten
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from esbench.spec import EvalSpec
 
-BATCH_SIZE = 64
+log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
@@ -118,35 +121,46 @@ def summarise(sampled: list[dict[str, Any]], greedy: list[dict[str, Any]] | None
     return out
 
 
+def answer_entropy(rows: list[dict[str, Any]]) -> float:
+    """Mean over problems of the entropy (bits) of the policy's answer clusters among its n samples."""
+    return sum(cluster_entropy(r["answers"]) for r in rows) / len(rows)
+
+
+def eval_entropy(backend, task_name: str, rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Token entropy of a task's sampled eval responses (the rows of samples/<task>.jsonl)."""
+    task = get_task(task_name)
+    prompts, responses = [], []
+    for r in rows:
+        p = task.prompt(r["doc"], backend.tokenizer)
+        prompts += [p] * len(r["resps"])
+        responses += r["resps"]
+    return backend.token_entropy(prompts, responses)
+
+
 def evaluate(
-    model,
-    tokenizer,
-    eval_spec: dict[str, Any],
+    backend,
+    ev: EvalSpec,
     seed: int,
     out_dir: Path,
     on_pass: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Evaluate `model` on every task of `eval_spec`; writes `out_dir/samples/<task>[.greedy].jsonl`."""
-    from lm_eval.models.huggingface import HFLM
+    """Evaluate the backend's current weights on every task of `ev`; writes `out_dir/samples/<task>[.greedy].jsonl`."""
     from lm_eval.tasks import TaskManager
 
-    from esbench.analyses import answer_entropy, eval_entropy
-
-    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=BATCH_SIZE, device=str(model.device))
+    lm = backend.lm_eval_model()
     tm = TaskManager(include_path=str(LM_EVAL_DIR), include_defaults=False)
-    tasks = eval_spec["tasks"]
-    passes = [("sampled", eval_spec["n"], eval_spec["temperature"])]
-    if eval_spec["greedy"]:
+    passes = [("sampled", ev.n, ev.temperature)]
+    if ev.greedy:
         passes.append(("greedy", 1, 0.0))
-    evidence: dict[str, dict[str, list]] = {t: {} for t in tasks}
+    evidence: dict[str, dict[str, list]] = {t: {} for t in ev.tasks}
     lm_eval_pass1: dict[str, float] = {}
     samples_dir = out_dir / "samples"
     samples_dir.mkdir(parents=True, exist_ok=True)
     for label, repeats, temperature in passes:
-        for t in tasks:
-            config = task_config(t, repeats, temperature, eval_spec["top_p"], eval_spec["max_new_tokens"])
+        for t in ev.tasks:
+            config = task_config(t, repeats, temperature, ev.top_p, ev.max_new_tokens)
             with _stderr_to(out_dir / "lm_eval.log"):  # progress bars and chatter stay off the screen
-                res = _run_lm_eval(lm, tm, [config], eval_spec["limit"], seed, get_task(t).system_prompt)
+                res = _run_lm_eval(lm, tm, [config], ev.limit, seed, get_task(t).system_prompt)
             rows = score_samples(t, res["samples"][t])
             evidence[t][label] = rows
             suffix = "" if label == "sampled" else ".greedy"
@@ -156,11 +170,11 @@ def evaluate(
             if on_pass:
                 on_pass(f"{t} {label}")
     metrics = {}
-    for t in tasks:
-        metrics[t] = summarise(evidence[t]["sampled"], evidence[t].get("greedy"), eval_spec["k"])
+    for t in ev.tasks:
+        metrics[t] = summarise(evidence[t]["sampled"], evidence[t].get("greedy"), ev.ks)
         metrics[t]["answer_entropy"] = answer_entropy(evidence[t]["sampled"])
-        if eval_spec.get("entropy"):
-            metrics[t]["entropy"] = eval_entropy(model, tokenizer, t, evidence[t]["sampled"])["entropy"]
+        if ev.entropy:
+            metrics[t]["entropy"] = eval_entropy(backend, t, evidence[t]["sampled"])["entropy"]
         if abs(metrics[t]["pass@1"] - lm_eval_pass1[t]) > 1e-9:
             raise RuntimeError(f"{t}: esbench pass@1 {metrics[t]['pass@1']} != lm-eval {lm_eval_pass1[t]}")
     return metrics

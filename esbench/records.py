@@ -3,6 +3,9 @@
 A cell is *done* exactly when record.json exists; *partial* when its folder holds anything else (a spec,
 train.jsonl, checkpoints); *pending* otherwise. Every file esbench writes goes through `atomic_write_text`
 (temp file in the same folder, fsync, rename, fsync of the folder), so a kill never leaves a half-written file.
+
+`CellDir` names every file of a cell folder in one place; `Lease` keeps two runners (on one machine or on nodes
+sharing a file system, where `flock` is unreliable) from writing the same cell at once.
 """
 
 from __future__ import annotations
@@ -10,11 +13,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import tempfile
+import threading
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 RECORD_SCHEMA = "esbench.record/1"
+# The leaderboard release a record is comparable under (esbench.leaderboard.release freezes it in releases/).
+RELEASE = "v1.1"
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -45,12 +54,131 @@ def cell_dir(out_root: Path, suite: str, cell_id: str) -> Path:
     return Path(out_root) / suite / cell_id
 
 
+class CellDir:
+    """The files of one cell folder (DESIGN.md's record contract). Nothing else names them."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    cell_json = property(lambda self: self.path / "cell.json")  # the frozen cell spec
+    train_log = property(lambda self: self.path / "train.jsonl")  # one row per update (and probe)
+    samples = property(lambda self: self.path / "samples")  # per-sample evidence, one JSONL per task and pass
+    record = property(lambda self: self.path / "record.json")  # written last: the cell is done when it exists
+    work = property(lambda self: self.path / "work")  # method checkpoints; removed once the record is written
+    lease = property(lambda self: self.path / ".lease")  # who is running the cell (`Lease`)
+    error_log = property(lambda self: self.path / "error.log")  # the traceback of a failed attempt
+    lm_eval_log = property(lambda self: self.path / "lm_eval.log")
+    final_weights = property(lambda self: self.path / "final.safetensors")  # eval.save_weights
+    sparsity = property(lambda self: self.path / "sparsity")  # per-τ evaluations (eval.sparsity)
+
+    def status(self) -> str:
+        return status(self.path)
+
+
 def status(directory: Path) -> str:
     if (directory / "record.json").exists():
         return "done"
-    if directory.exists() and any(p.name != ".lock" for p in directory.iterdir()):
+    if directory.exists() and any(p.name not in (".lock", ".lease") for p in directory.iterdir()):
         return "partial"
     return "pending"
+
+
+class CellBusy(RuntimeError):
+    pass
+
+
+class Lease:
+    """An expiring claim on a cell folder, held in `.lease` and renewed by a heartbeat thread.
+
+    Created with O_CREAT|O_EXCL (atomic on local and NFS file systems). A lease whose holder stopped renewing it for
+    `ttl` seconds (killed, node lost), or whose holder process on this host is gone, is taken over; a live one
+    makes the second runner fail with `CellBusy` instead of interleaving writes.
+    """
+
+    def __init__(self, path: Path, ttl: float = 120.0):
+        self.path, self.ttl = Path(path), ttl
+        self.token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _body(self) -> str:
+        host, pid, _ = self.token.split(":")
+        return json.dumps({"token": self.token, "host": host, "pid": int(pid), "expires": time.time() + self.ttl})
+
+    def _stale(self) -> bool:
+        try:
+            held = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return True  # unreadable or half-written by a killed holder
+        if held.get("expires", 0) < time.time():
+            return True
+        if held.get("host") == socket.gethostname():
+            try:
+                os.kill(int(held["pid"]), 0)
+            except ProcessLookupError:
+                return True
+            except (PermissionError, KeyError, ValueError):
+                pass
+        return False
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                if not self._stale():
+                    raise CellBusy(f"{self.path.parent} is being run by another esbench process") from None
+                self.path.unlink(missing_ok=True)
+                continue
+            with os.fdopen(fd, "w") as f:
+                f.write(self._body())
+            self._thread = threading.Thread(target=self._renew, daemon=True)
+            self._thread.start()
+            return
+        raise CellBusy(f"{self.path.parent}: could not take over a stale lease")
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.ttl / 3):
+            atomic_write_text(self.path, self._body())
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        try:
+            if json.loads(self.path.read_text()).get("token") == self.token:
+                self.path.unlink()
+        except (OSError, ValueError):
+            pass
+
+    def __enter__(self) -> Lease:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def train_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """First/last reward means over train.jsonl, so a record shows whether training moved the reward."""
+    rewards = [r["reward_mean"] for r in rows if "reward_mean" in r]
+    probes = [r for r in rows if "probe" in r]
+    out: dict[str, Any] = {"updates_logged": len(rewards)}
+    if rewards:
+        w = max(1, len(rewards) // 4)
+        out.update(reward_first=sum(rewards[:w]) / w, reward_last=sum(rewards[-w:]) / w)
+    if probes:
+        first, last = probes[0], probes[-1]
+        out["probe"] = {
+            "first_update": first["update"],
+            "last_update": last["update"],
+            "entropy_first": first["probe"]["entropy"],
+            "entropy_last": last["probe"]["entropy"],
+            "success_first": first["probe"]["success"],
+            "success_last": last["probe"]["success"],
+        }
+    return out
 
 
 def read_record(directory: Path) -> dict[str, Any]:

@@ -1,0 +1,155 @@
+"""Generation backends: the only door to a model.
+
+Every sample esbench draws (training rollouts, evaluation through lm-eval, the probe, diversity, sparsity) and every
+weight edit (ES perturbations, thresholded updates) goes through one `Backend` per cell, which the runner builds and
+hands to the method (`TrainContext.backend`), the evaluation and the analyses. The backend owns:
+
+- device placement (`device: auto` picks CUDA when present) and the compute dtype;
+- decoding with an explicit, complete sampler (`NEUTRAL_SAMPLER`): temperature, top_p and seed, with top-k off,
+  repetition penalty 1, no n-gram blocking and no minimum length, stop ids from the tokenizer and the model config,
+  and nothing read from the model folder's `generation_config.json` (Qwen2.5 ships a top-k and a repetition
+  penalty that the paper's vLLM decoding does not use);
+- token scoring (entropy), the ES weight editor, parameters, the state hash and saving;
+- an lm-eval `LM` adapter, so `simple_evaluate` samples through the same sampler as training.
+
+A backend kind is chosen by the suite's `backend.kind` and is part of each cell's id. Kinds are a lazy
+`"module:attr"` map, like lm-eval's registries, so importing this package imports no torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+if TYPE_CHECKING:
+    import torch
+
+    from esbench.es.weights import Precision, WeightEditor
+
+# The decoding contract every backend implements, named so a record can say which one produced it. Changing what a
+# backend does for these settings means a new name (and a new leaderboard release).
+NEUTRAL_SAMPLER = "neutral/1"
+SAMPLER_SETTINGS: dict[str, Any] = {
+    "top_k": None,  # off
+    "repetition_penalty": 1.0,
+    "no_repeat_ngram_size": 0,
+    "min_new_tokens": 0,
+    "generation_config_json": "ignored",
+}
+
+KINDS: dict[str, str] = {"hf": "esbench.backends.hf:HFBackend"}
+DevicePolicy = Literal["auto", "cpu", "cuda"]
+
+
+@dataclass(frozen=True)
+class Generation:
+    text: str
+    tokens: int  # generated tokens, excluding padding and the prompt
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What methods, evaluation and analyses may ask of a model. See the module docstring."""
+
+    kind: str
+    tokenizer: Any
+
+    @property
+    def device(self) -> torch.device: ...
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        *,
+        n: int = 1,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        max_new_tokens: int = 64,
+        seed: int | None = None,
+        stop: Sequence[str] = (),
+    ) -> list[list[Generation]]:
+        """`n` completions per prompt; greedy when temperature is 0. Text is cut before the first `stop` string."""
+        ...
+
+    def token_entropy(self, prompts: Sequence[str], responses: Sequence[str]) -> dict[str, float]:
+        """Mean next-token entropy (nats) over the response tokens, teacher-forced: {"entropy", "tokens"}."""
+        ...
+
+    def weight_editor(self, precision: Precision = "fp32-master") -> WeightEditor: ...
+
+    def parameters(self) -> dict[str, torch.Tensor]:
+        """The trainable tensors by name, de-duplicated (tied weights once), live: edits show in generation."""
+        ...
+
+    def load_parameters(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Overwrite parameters in place (cast to their dtype) from a name -> tensor mapping."""
+        ...
+
+    def swapped_parameters(self, state: Mapping[str, torch.Tensor]) -> AbstractContextManager[None]:
+        """Use `state` for the block, then put the current weights back exactly."""
+        ...
+
+    def cast(self, dtype: torch.dtype) -> None: ...
+
+    def state_hash(self) -> str: ...
+
+    def save(self, directory: Path) -> None:
+        """Save as a Hugging Face model folder (weights, config, tokenizer)."""
+        ...
+
+    def lm_eval_model(self) -> Any:
+        """An `lm_eval.api.model.LM` that generates through this backend."""
+        ...
+
+    def provenance(self) -> dict[str, Any]: ...
+
+
+class BackendSpec(BaseModel):
+    """The suite's `backend:` block; part of every cell's id, so a vLLM cell is never mistaken for an HF one."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    kind: str = Field("hf", description=f"Generation backend: {', '.join(sorted(KINDS))}.")
+    device: DevicePolicy = Field("auto", description="auto (CUDA when present, else CPU), cpu or cuda.")
+    sampler: Literal["neutral/1"] = Field(NEUTRAL_SAMPLER, description="The decoding contract (module docstring).")
+
+    @field_validator("kind")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in KINDS:
+            raise ValueError(f"unknown backend {v!r}; known: {', '.join(sorted(KINDS))}")
+        return v
+
+
+def resolve_device(policy: DevicePolicy) -> str:
+    """`auto` is CUDA when torch sees a GPU, else CPU; `cuda` without a GPU is an error, not a silent CPU run."""
+    import torch
+
+    if policy == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if policy == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("backend.device is 'cuda' but torch sees no GPU (torch.cuda.is_available() is False)")
+    return policy
+
+
+def backend_class(kind: str) -> type:
+    if kind not in KINDS:
+        raise KeyError(f"unknown backend {kind!r}; known: {', '.join(sorted(KINDS))}")
+    module, attr = KINDS[kind].split(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def build_backend(kind: str, model: Any, tokenizer: Any, device: DevicePolicy = "auto", **options: Any) -> Backend:
+    """The cell's one backend over a loaded model (the runner calls this once per cell)."""
+    return backend_class(kind)(model, tokenizer, device=device, **options)
+
+
+def chunks(seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(seq), size):
+        yield seq[start : start + size]

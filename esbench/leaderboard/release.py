@@ -15,7 +15,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-CURRENT = "v1.1"
+from esbench.records import RELEASE as CURRENT  # one constant: the runner stamps it on every record
+
 _RELEASE_ID = re.compile(r"^v\d+\.\d+$")
 
 

@@ -515,7 +515,7 @@ def _check_datasets(where: str, record: dict[str, Any], release: dict[str, Any],
 
 
 def _check_train_log(where: str, d: Path, record: dict[str, Any], train_size: int | None, report: Report) -> None:
-    from esbench.runner import _train_summary
+    from esbench.records import train_summary as _train_summary
 
     spec = record["cell"]["spec"]
     log = d / "train.jsonl"
@@ -552,7 +552,7 @@ def _check_train_log(where: str, d: Path, record: dict[str, Any], train_size: in
 
 def _expected_updates(spec: dict[str, Any], train_size: int) -> int | None:
     """Updates the cell's budget buys (None when an epoch budget's method is not installed here)."""
-    from esbench.methods import registry, resolve_budget
+    from esbench.methods import registry
 
     budget = spec["budget"]
     if isinstance(budget, int) and not isinstance(budget, bool):
@@ -562,7 +562,7 @@ def _expected_updates(spec: dict[str, Any], train_size: int) -> int | None:
     except KeyError:
         return None
     config = cls.Config.model_validate(spec["method"]["config"])
-    return resolve_budget(budget, train_size, config)
+    return cls.updates_for(budget, train_size, config)
 
 
 def _close(a: Any, b: Any) -> bool:
@@ -649,7 +649,7 @@ def _derived(claimed: dict[str, Any], sampled: list[dict[str, Any]]) -> dict[str
     out: dict[str, Any] = {}
     if "answer_entropy" in claimed:
         try:
-            from esbench.analyses import answer_entropy
+            from esbench.evaluation import answer_entropy
         except ImportError:
             return out
         out["answer_entropy"] = answer_entropy(sampled)

@@ -4,9 +4,10 @@ A method is a class registered under the entry-point group `esbench.methods` (th
 same way, in pyproject.toml). The registry maps names to `module:attr` strings and imports a recipe only when a
 suite uses it, so `esbench validate` stays fast.
 
-Contract (DESIGN.md): `train(model, tokenizer, train_data, reward, budget, config, ctx)` returns a `TrainResult`
-holding the trained model and its per-update log. `trains = False` methods (like `base`) are evaluated as they
-are and ignore datasets and budgets.
+Contract (DESIGN.md, docs/architecture.md): `train(train_data, reward, budget, config, ctx)` works on the cell's
+model through `ctx.backend` (generation, weight edits, device) and returns a `TrainResult`: what it spent and its
+summary; the trained weights are the backend's. `trains = False` methods (like `base`) are evaluated as they are
+and ignore datasets and budgets. The typed surface for plug-ins is re-exported by `esbench.api`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
+
+from esbench.backends import Backend
+from esbench.rewards import Reward
 
 GROUP = "esbench.methods"
 
@@ -37,18 +41,19 @@ class TrainContext:
     workdir: Path
     log_path: Path
     prompt: Callable[[dict[str, str]], str]
-    probe: Callable[..., dict[str, Any]] | None = None  # esbench.metrics.entropy.Probe: (model, tokenizer) -> dict
+    backend: Backend
+    probe: Callable[[Backend], dict[str, Any]] | None = None  # esbench.metrics.entropy.Probe
     probe_every: int = 0
     budget_spec: int | str | None = None  # the suite's budget as written ('2ep' or an update count), for sequences
 
-    def maybe_probe(self, model, tokenizer, updates: int, final: bool = False) -> None:
+    def maybe_probe(self, updates: int, final: bool = False) -> None:
         """Log the probe after `updates` updates (0 = before training) when due: every `probe_every`, and at the end.
 
         The row carries `update: updates`, so a resume that rewinds to a checkpoint re-measures the same points.
         """
         if self.probe is None or not (final or updates % self.probe_every == 0):
             return
-        self.log({"update": updates, "probe": self.probe(model, tokenizer)})
+        self.log({"update": updates, "probe": self.probe(self.backend)})
 
     def log(self, row: dict[str, Any]) -> None:
         """Append one update's row to train.jsonl (fsynced)."""
@@ -68,7 +73,8 @@ class TrainContext:
 
 @dataclass
 class TrainResult:
-    model: Any
+    """What a recipe spent and reports. The trained weights are the backend's (`ctx.backend`)."""
+
     updates: int = 0
     rollouts: int = 0
     generated_tokens: int = 0
@@ -77,27 +83,35 @@ class TrainResult:
 
 
 class Method:
-    """Base class for recipes. Subclasses set `Config` (a pydantic model of their suite fields) and `train`."""
+    """Base class for recipes. Subclasses set `Config` (a pydantic model of their suite fields) and `train`.
+
+    Declared, not guessed: `trains` (False: evaluated as loaded, no dataset or budget), `loads_weights` (True: the
+    runner loads the weights its config names as the cell's model), and the budget unit: a budget counts updates,
+    and `prompts_per_update` converts an epoch budget ('2ep') into updates.
+    """
 
     trains: ClassVar[bool] = True
+    loads_weights: ClassVar[bool] = False
     Config: ClassVar[type[BaseModel]] = NoConfig
 
-    def train(self, model, tokenizer, train_data, reward, budget: int, config: BaseModel, ctx: TrainContext):
+    def train(self, train_data: list[dict[str, str]], reward: Reward, budget: int, config: Any, ctx: TrainContext):
         raise NotImplementedError
 
+    @classmethod
+    def prompts_per_update(cls, config: BaseModel) -> int | None:
+        """Prompts one update consumes, or None if the method has no such unit (epoch budgets are then refused)."""
+        return None
 
-def resolve_budget(budget: int | str, train_size: int, config: BaseModel) -> int:
-    """Updates for a suite budget: an int is a count of updates; 'Xep' is X epochs of the train set, which needs
-    the method's `batch_size` (prompts per update)."""
-    if isinstance(budget, int):
-        return budget
-    epochs = float(budget.removesuffix("ep"))
-    if hasattr(config, "stage_updates"):  # a sequence: each stage spends its share of the epochs at its own batch
-        return sum(config.stage_updates(budget, train_size))
-    batch = getattr(config, "batch_size", None)
-    if batch is None:
-        raise ValueError(f"budget {budget!r} is in epochs but the method has no batch_size")
-    return max(1, math.ceil(epochs * train_size / batch))
+    @classmethod
+    def updates_for(cls, budget: int | str, train_size: int, config: BaseModel) -> int:
+        """Updates for a suite budget: an int counts updates; 'Xep' is X epochs of the train set."""
+        if isinstance(budget, int):
+            return budget
+        epochs = float(budget.removesuffix("ep"))
+        batch = cls.prompts_per_update(config)
+        if batch is None:
+            raise ValueError(f"budget {budget!r} is in epochs but method {cls.__name__} has no prompts_per_update")
+        return max(1, math.ceil(epochs * train_size / batch))
 
 
 class _Registry:

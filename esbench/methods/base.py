@@ -8,5 +8,5 @@ from esbench.methods import Method, TrainResult
 class Base(Method):
     trains = False
 
-    def train(self, model, tokenizer, train_data, reward, budget, config, ctx):
-        return TrainResult(model=model)
+    def train(self, train_data, reward, budget, config, ctx):
+        return TrainResult()

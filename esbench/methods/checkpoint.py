@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from esbench.methods import Method, TrainResult
-from esbench.spec import ModelPath
+from esbench.models import ModelPath
 
 
 class CheckpointConfig(BaseModel):
@@ -35,8 +35,8 @@ class Checkpoint(Method):
     loads_weights = True  # the runner loads this config's weights as the cell's model
     Config = CheckpointConfig
 
-    def train(self, model, tokenizer, train_data, reward, budget, config, ctx):
-        return TrainResult(model=model)
+    def train(self, train_data, reward, budget, config, ctx):
+        return TrainResult()
 
 
 def model_to_load(method: dict[str, Any], cell_model: dict[str, Any]) -> dict[str, Any]:

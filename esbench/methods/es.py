@@ -30,7 +30,6 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from esbench.backends.hf import HFBackend
 from esbench.es.weights import WeightEditor, member_seed
 from esbench.methods import Method, TrainContext, TrainResult
 from esbench.records import atomic_write_json
@@ -178,12 +177,16 @@ def load_checkpoint(path: Path, editor: WeightEditor) -> dict | None:
 class ES(Method):
     Config = ESConfig
 
-    def train(self, model, tokenizer, train_data, reward, budget, config: ESConfig, ctx: TrainContext):
+    @classmethod
+    def prompts_per_update(cls, config: ESConfig) -> int:
+        return config.batch_size
+
+    def train(self, train_data, reward, budget, config: ESConfig, ctx: TrainContext):
         cfg = config
         reward = reward.with_values(cfg.reward_correct, cfg.reward_format)
+        backend = ctx.backend
         if cfg.precision == "paper-bf16":
-            model.to(torch.bfloat16)
-        backend = HFBackend(model, tokenizer)
+            backend.cast(torch.bfloat16)
         editor = backend.weight_editor(cfg.precision)
         anchor = editor.master_state() if cfg.weight_decay and cfg.decay_anchor == "init" else None
         sampler = EpochSampler(len(train_data), ctx.seed)
@@ -195,7 +198,7 @@ class ES(Method):
             sampler = EpochSampler(len(train_data), ctx.seed, **state["sampler"])
         ctx.rewind(start)  # drop log lines written after the checkpoint we resume from
         for step in range(start, budget):
-            ctx.maybe_probe(model, tokenizer, step)
+            ctx.maybe_probe(step)
             batch = [train_data[i] for i in sampler.next_batch(cfg.batch_size)]
             prompts = [ctx.prompt(row) for row in batch]
             members = ask(cfg, ctx.seed, step)
@@ -228,10 +231,10 @@ class ES(Method):
             ctx.log(row)
             if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == budget:
                 save_checkpoint(ckpt, editor, step + 1, sampler, counters)
-        ctx.maybe_probe(model, tokenizer, budget, final=True)
+        ctx.maybe_probe(budget, final=True)
         if cfg.precision == "paper-bf16":
-            model.to(torch.float32)  # exact widening; evaluation sees the bf16 weights' values
-        return TrainResult(model=model, updates=budget, ideal=editor.ideal_state(), **counters)
+            backend.cast(torch.float32)  # exact widening; evaluation sees the bf16 weights' values
+        return TrainResult(updates=budget, ideal=editor.ideal_state(), **counters)
 
 
 def _rms_diff(editor: WeightEditor, before: dict[str, torch.Tensor]) -> float:

@@ -57,11 +57,6 @@ class GRPOSettings(BaseModel):
     reward_format: float = Field(0.1, description="Reward for an extracted but wrong answer.")
     checkpoint_every: int = Field(10, gt=0, description="Trainer checkpoint every k updates (for resume).")
 
-    @property
-    def batch_size(self) -> int:
-        """Prompts per optimizer update (one PPO minibatch), so an epoch budget '2ep' resolves to update counts."""
-        return self.ppo_minibatch_prompts
-
 
 def grpo_config(cfg: GRPOSettings, budget: int, output_dir: str, seed: int, use_cpu: bool):
     """The `trl.GRPOConfig` for `cfg` (see the table in the module docstring)."""
@@ -111,11 +106,22 @@ def grpo_config(cfg: GRPOSettings, budget: int, output_dir: str, seed: int, use_
 class GRPO(Method):
     Config = GRPOSettings
 
-    def train(self, model, tokenizer, train_data, reward, budget, config: GRPOSettings, ctx: TrainContext):
+    @classmethod
+    def prompts_per_update(cls, config: GRPOSettings) -> int:
+        return config.ppo_minibatch_prompts
+
+    def train(self, train_data, reward, budget, config: GRPOSettings, ctx: TrainContext):
         import datasets
-        import torch
         from transformers import TrainerCallback
         from trl import GRPOTrainer
+
+        backend = ctx.backend
+        model = getattr(backend, "model", None)  # TRL trains a transformers model in place
+        if model is None:
+            raise NotImplementedError(
+                f"GRPO through TRL needs an in-memory transformers model, {backend.kind!r} has none"
+            )
+        tokenizer = backend.tokenizer
 
         reward = reward.with_values(config.reward_correct, config.reward_format)
         rows = [{"prompt": trl_prompt(ctx.prompt(r), tokenizer), "answer": r["answer"]} for r in train_data]
@@ -152,13 +158,13 @@ class GRPO(Method):
             def on_save(self, args, state, control, **kw):
                 mark_complete(out / f"checkpoint-{state.global_step}", state.global_step)
 
-            def on_train_begin(self, args, state, control, model=None, **kw):
-                ctx.maybe_probe(model, tokenizer, state.global_step)
+            def on_train_begin(self, args, state, control, **kw):
+                ctx.maybe_probe(state.global_step)
 
-            def on_step_end(self, args, state, control, model=None, **kw):
-                ctx.maybe_probe(model, tokenizer, state.global_step, final=state.global_step == budget)
+            def on_step_end(self, args, state, control, **kw):
+                ctx.maybe_probe(state.global_step, final=state.global_step == budget)
 
-        args = grpo_config(config, budget, str(out), ctx.seed, use_cpu=not torch.cuda.is_available())
+        args = grpo_config(config, budget, str(out), ctx.seed, use_cpu=backend.device.type == "cpu")
         model.train()
         trainer = GRPOTrainer(
             model=model,
@@ -172,13 +178,15 @@ class GRPO(Method):
 
         trainer.remove_callback(PrinterCallback)  # metrics go to train.jsonl, not stdout
         trainer.train(resume_from_checkpoint=str(last) if last else None)
+        if trainer.model is not model:
+            raise RuntimeError("TRL returned a different model object; the backend would not see the trained weights")
         model.eval()
         per_update = config.ppo_minibatch_prompts * config.num_generations
         counters["rollouts"] = budget * per_update
         counters["generated_tokens"] = int(
             sum(r.get("completion_length") or 0 for r in _read(ctx.log_path)) * per_update
         )
-        return TrainResult(model=trainer.model, updates=budget, **counters)
+        return TrainResult(updates=budget, **counters)
 
 
 COMPLETE = "esbench-complete.json"

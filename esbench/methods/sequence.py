@@ -58,7 +58,7 @@ class SequenceConfig(BaseModel):
             raise ValueError(f"split has {len(self.split)} shares for {len(self.stages)} stages")
         for i, st in enumerate(self.stages):
             cls = registry.get(st.kind)
-            if getattr(cls, "loads_weights", False):
+            if cls.loads_weights:
                 if i != 0:
                     raise ValueError(f"a {st.kind!r} stage can only come first: it replaces the starting weights")
                 continue
@@ -67,12 +67,10 @@ class SequenceConfig(BaseModel):
         return self
 
     def _training(self) -> list[int]:
-        return [i for i, st in enumerate(self.stages) if not getattr(registry.get(st.kind), "loads_weights", False)]
+        return [i for i, st in enumerate(self.stages) if not registry.get(st.kind).loads_weights]
 
     def stage_updates(self, budget: int | str, train_size: int) -> list[int]:
         """Updates per stage (0 for a checkpoint stage). Epoch budgets split in epochs; update counts in updates."""
-        from esbench.methods import resolve_budget
-
         train = self._training()
         shares = self.split or [1 / len(self.stages)] * len(self.stages)
         total = sum(shares[i] for i in train)
@@ -80,8 +78,9 @@ class SequenceConfig(BaseModel):
         if isinstance(budget, str):
             epochs = float(budget.removesuffix("ep"))
             for i in train:
-                cfg = registry.get(self.stages[i].kind).Config.model_validate(self.stages[i].config)
-                out[i] = resolve_budget(f"{epochs * shares[i] / total}ep", train_size, cfg)
+                cls = registry.get(self.stages[i].kind)
+                cfg = cls.Config.model_validate(self.stages[i].config)
+                out[i] = cls.updates_for(f"{epochs * shares[i] / total}ep", train_size, cfg)
             return out
         for i, n in zip(train, stage_budgets(budget, len(train), [shares[i] / total for i in train]), strict=True):
             out[i] = n
@@ -104,17 +103,18 @@ class _StageContext(TrainContext):
             workdir=workdir,
             log_path=parent.log_path,
             prompt=parent.prompt,
+            backend=parent.backend,
             probe=parent.probe,
             probe_every=parent.probe_every,
         )
         self.index, self.kind, self.offset = index, kind, offset
 
-    def maybe_probe(self, model, tokenizer, updates: int, final: bool = False) -> None:
+    def maybe_probe(self, updates: int, final: bool = False) -> None:
         # probe on the cell's update axis; a later stage's start is the previous stage's end, measured already
         if self.offset and updates == 0:
             return
         if self.probe is not None and (final or (self.offset + updates) % self.probe_every == 0):
-            self.log({"update": updates, "probe": self.probe(model, tokenizer)})
+            self.log({"update": updates, "probe": self.probe(self.backend)})
 
     def log(self, row: dict[str, Any]) -> None:
         super().log({**row, "update": self.offset + row["update"], "stage": self.index, "stage_method": self.kind})
@@ -127,8 +127,15 @@ class _StageContext(TrainContext):
 class Sequence(Method):
     Config = SequenceConfig
 
-    def train(self, model, tokenizer, train_data, reward, budget, config: SequenceConfig, ctx: TrainContext):
+    @classmethod
+    def updates_for(cls, budget: int | str, train_size: int, config: SequenceConfig) -> int:
+        """Each stage spends its share of the epochs at its own prompts per update (module docstring)."""
+        return budget if isinstance(budget, int) else sum(config.stage_updates(budget, train_size))
+
+    def train(self, train_data, reward, budget, config: SequenceConfig, ctx: TrainContext):
         from safetensors.torch import load_file, save_file
+
+        backend = ctx.backend
 
         budgets = config.stage_updates(ctx.budget_spec if isinstance(ctx.budget_spec, str) else budget, len(train_data))
         if sum(budgets) != budget:
@@ -138,18 +145,17 @@ class Sequence(Method):
         for i, (stage, n) in enumerate(zip(config.stages, budgets, strict=True)):
             sdir = ctx.workdir / f"stage{i}"
             done = sdir / "done.json"
-            if getattr(registry.get(stage.kind), "loads_weights", False):
+            if registry.get(stage.kind).loads_weights:
                 continue  # the runner loaded this checkpoint as the cell's starting model
             if done.exists():  # finished before a kill: take its weights and counters, skip it
-                model.load_state_dict(load_file(str(sdir / "model.safetensors")), strict=False)
+                backend.load_parameters(load_file(str(sdir / "model.safetensors")))
                 summary = json.loads(done.read_text())
             else:
                 sdir.mkdir(parents=True, exist_ok=True)
                 cls = registry.get(stage.kind)
                 cfg = cls.Config.model_validate(stage.config)
                 sctx = _StageContext(ctx, i, stage.kind, offset, sdir)
-                result = cls().train(model, tokenizer, train_data, reward, n, cfg, sctx)
-                model = result.model
+                result = cls().train(train_data, reward, n, cfg, sctx)
                 summary = {
                     "kind": stage.kind,
                     "updates": result.updates,
@@ -158,14 +164,13 @@ class Sequence(Method):
                 }
                 if result.updates != n:
                     raise RuntimeError(f"stage {i} ({stage.kind}) spent {result.updates} updates, not {n}")
-                state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}  # untie shared
+                state = {k: v.detach().cpu().contiguous() for k, v in backend.parameters().items()}
                 save_file(state, str(sdir / "model.safetensors"))
                 atomic_write_json(done, summary)
             totals["rollouts"] += summary["rollouts"]
             totals["generated_tokens"] += summary["generated_tokens"]
             offset += n
         return TrainResult(
-            model=model,
             updates=budget,
             summary={"stage_budgets": budgets, "stage_methods": [s.kind for s in config.stages]},
             **totals,

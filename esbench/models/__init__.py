@@ -15,7 +15,9 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AfterValidator
 
 from esbench.records import sha256_file
 
@@ -63,6 +65,15 @@ def check_model_path(path: str) -> None:
             f"unknown model {path!r}: not a builtin (builtin:tiny), an existing local directory, "
             "or a Hugging Face id of the form org/name"
         )
+
+
+def _loadable(path: str) -> str:
+    check_model_path(path)
+    return path
+
+
+# A model reference checked offline, for suites' models and the checkpoint method alike.
+ModelPath = Annotated[str, AfterValidator(_loadable)]
 
 
 def resolve(path: str) -> str:

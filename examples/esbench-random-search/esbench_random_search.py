@@ -5,8 +5,9 @@ each (and with the current θ), and moves to the best candidate only if it beats
 verifier reward. It is the simplest method that uses the same budget unit (updates) and rewards as ES, so it tells
 whether ES's population-weighted step buys anything over "keep the best of N tries".
 
-It reuses esbench's public pieces (the HF backend and the seed-regenerated `WeightEditor`), so restores are exact
-(fp32 master) and a perturbation is stored as a seed, never as a tensor.
+It uses only esbench's typed plug-in surface (`esbench.api`): the cell's backend generates and edits weights
+through its seed-regenerated `WeightEditor`, so restores are exact (fp32 master) and a perturbation is stored as a
+seed, never as a tensor.
 """
 
 from __future__ import annotations
@@ -16,9 +17,7 @@ import random
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from esbench.backends.hf import HFBackend
-from esbench.es.weights import member_seed
-from esbench.methods import Method, TrainContext, TrainResult
+from esbench.api import Method, Reward, TrainContext, TrainResult, member_seed
 
 
 class RandomSearchConfig(BaseModel):
@@ -33,9 +32,13 @@ class RandomSearchConfig(BaseModel):
 class RandomSearch(Method):
     Config = RandomSearchConfig
 
-    def train(self, model, tokenizer, train_data, reward, budget, config: RandomSearchConfig, ctx: TrainContext):
+    @classmethod
+    def prompts_per_update(cls, config: RandomSearchConfig) -> int:
+        return config.batch_size
+
+    def train(self, train_data, reward: Reward, budget: int, config: RandomSearchConfig, ctx: TrainContext):
         cfg = config
-        backend = HFBackend(model, tokenizer)
+        backend = ctx.backend
         editor = backend.weight_editor("fp32-master")
         rng = random.Random(f"random-search:{ctx.seed}")
         rollouts = tokens = 0
@@ -47,9 +50,7 @@ class RandomSearch(Method):
             tokens += sum(g[0].tokens for g in gens)
             return float(np.mean([reward(g[0].text, r["answer"]) for g, r in zip(gens, batch, strict=True)]))
 
-        # esbench's training probe (held-out entropy and success every few updates), where this esbench has one
-        probe = getattr(ctx, "maybe_probe", None) or (lambda *a, **k: None)
-        probe(model, tokenizer, 0)
+        ctx.maybe_probe(0)  # esbench's training probe (held-out entropy and success), when the suite asks for one
         accepted = 0
         for step in range(budget):
             batch = rng.sample(train_data, min(cfg.batch_size, len(train_data)))
@@ -74,9 +75,8 @@ class RandomSearch(Method):
                     "accepted": moved,
                 }
             )
-            probe(model, tokenizer, step + 1, final=step + 1 == budget)
+            ctx.maybe_probe(step + 1, final=step + 1 == budget)
         return TrainResult(
-            model=model,
             updates=budget,
             rollouts=rollouts,
             generated_tokens=tokens,
