@@ -96,7 +96,9 @@ class HFBackend:
         )
 
     @contextlib.contextmanager
-    def _no_folder_defaults(self) -> Iterator[None]:
+    def neutral_decoding(self) -> Iterator[None]:
+        """`model.generation_config` is empty for the block: a caller's unset settings fall to transformers' own
+        defaults, never to the model folder's (TRL's GRPO rollouts run inside this too)."""
         from transformers import GenerationConfig
 
         saved = self.model.generation_config
@@ -123,6 +125,8 @@ class HFBackend:
         Prompts are tokenised as they are (no special tokens added: a chat template already carries its own), and
         a prompt's `n` samples come from one batched call (`num_return_sequences`), so the prompt is encoded once.
         """
+        if temperature == 0 and n > 1:  # greedy: n copies of one deterministic answer
+            return [[g[0]] * n for g in self.generate(prompts, max_new_tokens=max_new_tokens, stop=stop)]
         tok = self.tokenizer
         if seed is not None:
             torch.manual_seed(seed)
@@ -132,7 +136,7 @@ class HFBackend:
         out: list[list[Generation]] = []
         was_training = self.model.training
         self.model.eval()
-        with self._no_folder_defaults():
+        with self.neutral_decoding():
             for chunk in chunks(list(prompts), max(1, self.batch_size // n)):
                 enc = tok(list(chunk), return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
                 ids = self.model.generate(**enc, generation_config=config, **extra)

@@ -177,7 +177,8 @@ class GRPO(Method):
         from transformers.trainer_callback import PrinterCallback
 
         trainer.remove_callback(PrinterCallback)  # metrics go to train.jsonl, not stdout
-        trainer.train(resume_from_checkpoint=str(last) if last else None)
+        with backend.neutral_decoding():  # TRL's rollouts must not inherit the folder's generation_config.json
+            trainer.train(resume_from_checkpoint=str(last) if last else None)
         if trainer.model is not model:
             raise RuntimeError("TRL returned a different model object; the backend would not see the trained weights")
         model.eval()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from esbench.methods import TrainContext, registry, resolve_budget
+from esbench.methods import TrainContext, registry
 from esbench.methods.checkpoint import Checkpoint, model_to_load
 from esbench.methods.grpo import GRPOSettings
 from esbench.methods.sequence import SequenceConfig
@@ -35,13 +35,13 @@ def test_model_to_load_swaps_in_the_checkpoint():
 
 def test_grpo_epochs_count_optimizer_updates():
     """Two epochs of GSM8K train (7,473) at 32 prompts per PPO minibatch: 468 updates = 234 rollouts of 64."""
-    assert resolve_budget("2ep", 7473, GRPOSettings()) == 468
+    assert registry.get("grpo").updates_for("2ep", 7473, GRPOSettings()) == 468
 
 
 def test_epoch_budget_of_a_sequence_splits_in_epochs():
     seq = SequenceConfig.model_validate({"stages": [ES, GRPO]})
     assert seq.stage_updates("2ep", 7473) == [117, 234]  # one epoch of each
-    assert resolve_budget("2ep", 7473, seq) == 351
+    assert registry.get("sequence").updates_for("2ep", 7473, seq) == 351
     assert seq.stage_updates(12, 7473) == [6, 6]  # update budgets keep the equal halves
 
 
@@ -59,15 +59,24 @@ def test_sequence_train_skips_the_checkpoint_stage(tmp_path):
 
     seen = []
 
-    class Recorder:
-        def train(self, model, tokenizer, data, reward, budget, cfg, ctx):
+    from esbench.methods import Method
+
+    class Recorder(Method):
+        def train(self, data, reward, budget, cfg, ctx):
             from esbench.methods import TrainResult
 
             seen.append(budget)
-            return TrainResult(model=model, updates=budget)
+            return TrainResult(updates=budget)
 
     cfg = SequenceConfig.model_validate({"stages": [CKPT, ES]})
-    ctx = TrainContext(seed=0, workdir=tmp_path, log_path=tmp_path / "t.jsonl", prompt=str, budget_spec=5)
+    import torch
+
+    from esbench.backends.hf import HFBackend
+
+    backend = HFBackend(torch.nn.Linear(1, 1), None, device="cpu")
+    ctx = TrainContext(
+        seed=0, workdir=tmp_path, log_path=tmp_path / "t.jsonl", prompt=str, backend=backend, budget_spec=5
+    )
     import esbench.methods.sequence as sequence_module
 
     orig = sequence_module.registry.get
@@ -78,9 +87,7 @@ def test_sequence_train_skips_the_checkpoint_stage(tmp_path):
 
     sequence_module.registry.get = fake_get
     try:
-        import torch
-
-        res = Sequence().train(torch.nn.Linear(1, 1), None, [{}] * 10, None, 5, cfg, ctx)
+        res = Sequence().train([{}] * 10, None, 5, cfg, ctx)
     finally:
         sequence_module.registry.get = orig
     assert seen == [5] and res.summary["stage_budgets"] == [0, 5]

@@ -107,9 +107,10 @@ def test_es_learns_on_the_tiny_suite(repo, tiny_model_dir, tmp_path):
     """With the tiny suite's own ES settings and seed, late training reward beats early training reward."""
     import numpy as np
 
+    from esbench.backends.hf import HFBackend
     from esbench.methods import TrainContext, registry
     from esbench.models import load_model
-    from esbench.runner import Reward
+    from esbench.rewards import Reward
     from esbench.tasks import get_task
 
     suite = load_suite(repo / "suites" / "tiny.yaml")
@@ -119,9 +120,12 @@ def test_es_learns_on_the_tiny_suite(repo, tiny_model_dir, tmp_path):
     cfg = cls.Config.model_validate(spec["method"]["config"])
     task = get_task(spec["dataset"]["task"])
     loaded = load_model("builtin:tiny")
-    ctx = TrainContext(seed=spec["seed"], workdir=tmp_path, log_path=tmp_path / "train.jsonl", prompt=task.prompt)
+    backend = HFBackend(loaded.model, loaded.tokenizer, device="cpu")
+    ctx = TrainContext(
+        seed=spec["seed"], workdir=tmp_path, log_path=tmp_path / "train.jsonl", prompt=task.prompt, backend=backend
+    )
     train_rows = task.rows("train", spec["dataset"]["size"])
-    cls().train(loaded.model, loaded.tokenizer, train_rows, Reward(task), spec["budget"], cfg, ctx)
+    cls().train(train_rows, Reward(task), spec["budget"], cfg, ctx)
     rewards = np.array([json.loads(x)["reward_mean"] for x in ctx.log_path.read_text().splitlines()])
     assert len(rewards) == spec["budget"]
     w = len(rewards) // 4

@@ -92,9 +92,10 @@ def test_inconsistent_batch_shapes_are_rejected(tmp_path):
 
 
 def test_grpo_raises_training_reward_on_the_tiny_task(repo, tiny_model_dir, tmp_path):
+    from esbench.backends.hf import HFBackend
     from esbench.methods import TrainContext, registry
     from esbench.models import load_model
-    from esbench.runner import Reward
+    from esbench.rewards import Reward
     from esbench.spec import load_suite
     from esbench.tasks import get_task
 
@@ -104,17 +105,10 @@ def test_grpo_raises_training_reward_on_the_tiny_task(repo, tiny_model_dir, tmp_
     cfg = cls.Config.model_validate(cell.spec["method"]["config"])
     task = get_task(cell.spec["dataset"]["task"])
     loaded = load_model("builtin:tiny")
-    ctx = TrainContext(seed=0, workdir=tmp_path, log_path=tmp_path / "train.jsonl", prompt=task.prompt)
+    backend = HFBackend(loaded.model, loaded.tokenizer, device="cpu")
+    ctx = TrainContext(seed=0, workdir=tmp_path, log_path=tmp_path / "train.jsonl", prompt=task.prompt, backend=backend)
     updates = 24  # three epochs of the tiny suite's 128 problems at 16 prompts per update
-    result = cls().train(
-        loaded.model,
-        loaded.tokenizer,
-        task.rows("train", cell.spec["dataset"]["size"]),
-        Reward(task),
-        updates,
-        cfg,
-        ctx,
-    )
+    result = cls().train(task.rows("train", cell.spec["dataset"]["size"]), Reward(task), updates, cfg, ctx)
     rows = [json.loads(x) for x in ctx.log_path.read_text().splitlines()]
     assert [r["update"] for r in rows] == list(range(updates)) and result.updates == updates
     for r in rows:
@@ -179,9 +173,10 @@ def test_a_half_written_checkpoint_is_never_resumed_from(tmp_path):
 
 
 def _train_grpo(workdir, updates):
+    from esbench.backends.hf import HFBackend
     from esbench.methods import TrainContext, registry
     from esbench.models import load_model
-    from esbench.runner import Reward
+    from esbench.rewards import Reward
     from esbench.tasks import get_task
 
     cls = registry.get("grpo")
@@ -196,9 +191,10 @@ def _train_grpo(workdir, updates):
     )
     task = get_task("tiny_arith")
     loaded = load_model("builtin:tiny")
-    ctx = TrainContext(seed=0, workdir=workdir, log_path=workdir / "train.jsonl", prompt=task.prompt)
-    result = cls().train(loaded.model, loaded.tokenizer, task.rows("train", 16), Reward(task), updates, cfg, ctx)
-    return {k: v.detach().clone() for k, v in result.model.state_dict().items()}, ctx.log_path.read_text()
+    backend = HFBackend(loaded.model, loaded.tokenizer, device="cpu")
+    ctx = TrainContext(seed=0, workdir=workdir, log_path=workdir / "train.jsonl", prompt=task.prompt, backend=backend)
+    cls().train(task.rows("train", 16), Reward(task), updates, cfg, ctx)
+    return {k: v.detach().clone() for k, v in backend.parameters().items()}, ctx.log_path.read_text()
 
 
 def test_resume_after_a_kill_mid_save_matches_the_uninterrupted_run(tmp_path, tiny_model_dir):

@@ -28,15 +28,15 @@ class JitterConfig(BaseModel):
 class Jitter(Method):
     Config = JitterConfig
 
-    def train(self, model, tokenizer, train_data, reward, budget, config, ctx):
+    def train(self, train_data, reward, budget, config, ctx):
         gen = torch.Generator().manual_seed(ctx.seed)
         for step in range(budget):
             with torch.no_grad():
-                for p in model.parameters():
+                for p in ctx.backend.parameters().values():
                     p.add_(torch.randn(p.shape, generator=gen) * config.scale)
             row = train_data[step % len(train_data)]
             ctx.log({"update": step, "reward_mean": reward("#### " + row["answer"], row["answer"])})
-        return TrainResult(model=model, updates=budget)
+        return TrainResult(updates=budget)
 '''
 
 

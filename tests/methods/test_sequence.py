@@ -111,10 +111,13 @@ def test_kill_during_second_stage_resumes_to_identical_record(tmp_path, tiny_mod
     assert (got_dir / "train.jsonl").read_text() == (ref_dir / "train.jsonl").read_text()
 
 
-def test_a_cell_is_never_run_twice_at_once(tmp_path, tiny_model_dir):
-    from esbench.runner import CellBusy, cell_lock
+def test_a_cell_is_never_run_twice_at_once(tmp_path):
+    from esbench.records import CellBusy, Lease
 
-    with cell_lock(tmp_path / "cell"):
+    with Lease(tmp_path / "cell" / ".lease"):
         with pytest.raises(CellBusy):
-            with cell_lock(tmp_path / "cell"):
+            with Lease(tmp_path / "cell" / ".lease"):
                 pass
+    # released: the next runner takes it
+    with Lease(tmp_path / "cell" / ".lease"):
+        pass

@@ -1,4 +1,5 @@
-"""Token entropy on a model whose next-token distributions are known, and the training probe's guarantees."""
+"""Token entropy (`Backend.token_entropy`) on a model whose next-token distributions are known, and the training
+probe's guarantees."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from esbench.metrics.entropy import Probe, token_entropy
+from esbench.backends.hf import HFBackend
+from esbench.metrics.entropy import Probe
 
 
 class CharTokenizer:
@@ -26,7 +28,6 @@ class PositionModel(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.dummy = torch.nn.Parameter(torch.zeros(1))
-        self.device = torch.device("cpu")
 
     def forward(self, input_ids, attention_mask):
         b, w = input_ids.shape
@@ -37,8 +38,8 @@ class PositionModel(torch.nn.Module):
 
 
 def test_entropy_averages_only_response_tokens():
-    model, tok = PositionModel(), CharTokenizer()
-    out = token_entropy(model, tok, ["abc", "hello"], ["xy", "z"])
+    backend = HFBackend(PositionModel(), CharTokenizer(), device="cpu")
+    out = backend.token_entropy(["abc", "hello"], ["xy", "z"])
     # response "xy" after a 3-token prompt is predicted at positions 2, 3; "z" after 5 tokens at position 4
     expected = (math.log(3) + math.log(4) + math.log(5)) / 3
     assert out["tokens"] == 3
@@ -46,11 +47,11 @@ def test_entropy_averages_only_response_tokens():
 
 
 def test_batching_and_padding_do_not_change_the_value():
-    model, tok = PositionModel(), CharTokenizer()
+    backend = HFBackend(PositionModel(), CharTokenizer(), device="cpu")
     prompts = ["a", "bbbbbbb", "cc", "d", "eeee"]
     responses = ["xyz", "q", "", "long response", "w"]
-    one = token_entropy(model, tok, prompts, responses, batch_size=1)
-    all_ = token_entropy(model, tok, prompts, responses, batch_size=64)
+    one = backend.token_entropy(prompts, responses, batch_size=1)
+    all_ = backend.token_entropy(prompts, responses, batch_size=64)
     assert one["tokens"] == all_["tokens"] == 3 + 1 + 0 + 13 + 1  # an empty response contributes nothing
     assert one["entropy"] == pytest.approx(all_["entropy"], rel=1e-6)
 
@@ -60,6 +61,7 @@ def test_probe_is_repeatable_and_leaves_the_global_random_stream_alone(tiny_mode
     from esbench.tasks import get_task
 
     loaded = load_model(path="builtin:tiny")
+    backend = HFBackend(loaded.model, loaded.tokenizer, device="cpu")
     task = get_task("tiny_arith")
     rows = task.rows("test", 6)
     probe = Probe([task.prompt(r) for r in rows], [r["answer"] for r in rows], task.verify, samples=3, seed=5)
@@ -67,9 +69,9 @@ def test_probe_is_repeatable_and_leaves_the_global_random_stream_alone(tiny_mode
     torch.manual_seed(123)
     expected_next = torch.rand(3)
     torch.manual_seed(123)
-    first = probe(loaded.model, loaded.tokenizer)
+    first = probe(backend)
     assert torch.equal(torch.rand(3), expected_next)  # a probe inside training must not shift the trainer's RNG
-    second = probe(loaded.model, loaded.tokenizer)
+    second = probe(backend)
     assert first == second
     assert first["tokens"] > 0 and 0 < first["entropy"] < math.log(loaded.model.config.vocab_size)
     assert 0.0 <= first["success"] <= 1.0

@@ -64,7 +64,9 @@ def test_local_path_loads_through_the_same_code(tiny_model_dir):
 
 def test_tiny_model_has_partial_skill_and_learned_held_out_families(tiny_model_dir, tmp_path):
     """Pass@1 in 20-60 % and Pass@16 >= 1.5 x Pass@1 on arithmetic; reversal and maximum clearly learned."""
+    from esbench.backends.hf import HFBackend
     from esbench.evaluation import evaluate
+    from esbench.spec import EvalSpec
 
     loaded = load_model("builtin:tiny")
     spec = {
@@ -77,7 +79,7 @@ def test_tiny_model_has_partial_skill_and_learned_held_out_families(tiny_model_d
         "max_new_tokens": 48,
         "greedy": False,
     }
-    m = evaluate(loaded.model, loaded.tokenizer, spec, 0, tmp_path)
+    m = evaluate(HFBackend(loaded.model, loaded.tokenizer, device="cpu"), EvalSpec(**spec), 0, tmp_path)
     arith = m["tiny_arith"]
     assert 0.2 <= arith["pass@1"] <= 0.6, arith["pass@1"]
     assert arith["pass@16"] >= 1.5 * arith["pass@1"]

@@ -34,15 +34,16 @@ def _contexts(res, task):
 
 
 def test_lm_eval_context_equals_the_training_prompt(chat_tiny, monkeypatch):
-    from lm_eval.models.huggingface import HFLM
+    """Through the backend's lm-eval adapter, the chat-templated context lm-eval builds is the training prompt."""
     from lm_eval.tasks import TaskManager
 
+    from esbench.backends.hf import HFBackend
     from esbench.evaluation import _run_lm_eval, task_config
     from esbench.tasks import LM_EVAL_DIR
 
     monkeypatch.setenv(hub.ENV_DIR, str(FIXTURES))
     task = get_task("gsm8k")
-    lm = HFLM(pretrained=chat_tiny.model, tokenizer=chat_tiny.tokenizer, batch_size=4, device="cpu")
+    lm = HFBackend(chat_tiny.model, chat_tiny.tokenizer, device="cpu").lm_eval_model()
     tm = TaskManager(include_path=str(LM_EVAL_DIR), include_defaults=False)
     config = task_config("gsm8k", 2, 0.6, 1.0, 4)
     res = _run_lm_eval(lm, tm, [config], 2, 0, task.system_prompt)
@@ -55,7 +56,9 @@ def test_lm_eval_context_equals_the_training_prompt(chat_tiny, monkeypatch):
 
 
 def test_evaluate_scores_a_paper_task_with_math_verify(chat_tiny, tmp_path, monkeypatch):
+    from esbench.backends.hf import HFBackend
     from esbench.evaluation import evaluate
+    from esbench.spec import EvalSpec
 
     monkeypatch.setenv(hub.ENV_DIR, str(FIXTURES))
     ev = {
@@ -70,7 +73,7 @@ def test_evaluate_scores_a_paper_task_with_math_verify(chat_tiny, tmp_path, monk
         "greedy": False,
         "entropy": False,
     }
-    metrics = evaluate(chat_tiny.model, chat_tiny.tokenizer, ev, 0, tmp_path)
+    metrics = evaluate(HFBackend(chat_tiny.model, chat_tiny.tokenizer, device="cpu"), EvalSpec(**ev), 0, tmp_path)
     assert metrics["gsm8k"]["problems"] == 3 and metrics["gsm8k"]["n"] == 2
     lines = (tmp_path / "samples" / "gsm8k.jsonl").read_text().splitlines()
     assert len(lines) == 3 and '"answer": "36000"' in lines[1]

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from esbench.runner import Reward
+from esbench.rewards import Reward
 from esbench.tasks import get_task
 from esbench.tasks.paper_verifiers import (
     check_countdown,
