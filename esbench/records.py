@@ -21,9 +21,48 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 RECORD_SCHEMA = "esbench.record/1"
 # The leaderboard release a record is comparable under (esbench.leaderboard.release freezes it in releases/).
 RELEASE = "v1.1"
+
+
+class BudgetUsed(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    updates: int = Field(ge=0)
+    rollouts: int = Field(ge=0)
+    generated_tokens: int = Field(ge=0)
+
+
+class TaskMetrics(BaseModel):
+    """One task's numbers; every one is recomputable from `per_problem` and the samples."""
+
+    model_config = ConfigDict(extra="allow")  # pass@k and maj@k for each k, greedy, entropies
+
+    problems: int = Field(ge=0)
+    n: int = Field(ge=0)
+    per_problem: list[tuple[int, int]]
+    format_rate: float
+
+
+class Record(BaseModel):
+    """`record.json` (schema `esbench.record/1`), field by field in docs/architecture.md. The runner validates every
+    record against this model before writing it; analyses sections (`drift`, `diversity`, `sparsity`) are extra."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    schema_: str = Field(alias="schema", pattern=r"^esbench\.record/\d+$")
+    release: str
+    cell: dict[str, Any]
+    metrics: dict[str, TaskMetrics]
+    samples_sha256: dict[str, str]
+    held_out: list[str]
+    train: dict[str, Any]
+    budget_used: BudgetUsed
+    timings: dict[str, float]
+    provenance: dict[str, Any]
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -179,6 +218,12 @@ def train_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "success_last": last["probe"]["success"],
         }
     return out
+
+
+def write_record(path: Path, record: dict[str, Any]) -> None:
+    """Validate against `Record`, then write atomically: a malformed record is an error, never a file."""
+    Record.model_validate(record)
+    atomic_write_json(path, record)
 
 
 def read_record(directory: Path) -> dict[str, Any]:

@@ -5,6 +5,8 @@ Tables follow the paper's layout (arXiv 2608.27351): Pass@k per task with an Ave
 (Table 4, with per-group shares and where the top-100 |Δθ| fall), thresholded ES (Tables 11-12), entropy
 (Fig. 2), population JS diversity, and the bf16 rounding share of paired fp32-master / paper-bf16 cells.
 Everything is recomputed from what the records and samples hold; nothing is re-run.
+
+The numbers are gathered here (`build`); report_render.py draws them as Markdown tables and plots.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 from esbench.metrics.bootstrap import paired_bootstrap
 from esbench.metrics.passk import majority_correct, pass_at_k
 from esbench.records import atomic_write_text
+from esbench.report_render import plots, render_markdown
 
 # ---------------------------------------------------------------------------------------------------------------
 # loading
@@ -62,18 +65,6 @@ def per_problem(rec: dict[str, Any], task: str, metric: str) -> list[float]:
 
 # ---------------------------------------------------------------------------------------------------------------
 # tables
-
-
-def _fmt(x: float | None, scale: float = 100.0, digits: int = 1, sign: bool = False) -> str:
-    if x is None:
-        return "–"
-    return f"{x * scale:+.{digits}f}" if sign else f"{x * scale:.{digits}f}"
-
-
-def _md(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def report_ks(records: list[dict[str, Any]]) -> list[int]:
@@ -277,247 +268,6 @@ def _curves(records, labels) -> dict[str, Any]:
                 "probe_success": [(r["update"], r["probe"]["success"]) for r in rows if "probe" in r],
             }
     return out
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# markdown
-
-
-def _ci(b: dict[str, float | None]) -> str:
-    if b.get("lo") is None:
-        return _fmt(b["delta"], sign=True)
-    return f"{_fmt(b['delta'], sign=True)} [{_fmt(b['lo'], sign=True)}, {_fmt(b['hi'], sign=True)}]"
-
-
-def render_markdown(data: dict[str, Any]) -> str:
-    acc = data["accuracy"]
-    ks, tasks = acc["ks"], acc["tasks"]
-    held = set(acc["held_out"])
-    out = [f"# esbench report: {data['run_dir']}", "", f"{data['cells']} cells. Percentages; * = held-out task.", ""]
-
-    cols = [f"@{k}" for k in ks]
-    out += [f"## Pass@k per task (paper Table 2 layout: {' '.join(cols)})", ""]
-    header = ["cell", *[t + ("*" if t in held else "") for t in tasks], "Average"]
-    rows = []
-    for r in acc["rows"]:
-        cells = [" ".join(_fmt(r["tasks"][t][f"pass@{k}"]) for k in ks) for t in tasks]
-        rows.append([r["cell"], *cells, " ".join(_fmt(r["average"].get(f"pass@{k}")) for k in ks)])
-    out += [_md(header, rows), ""]
-
-    mk = [k for k in ks if k > 1]
-    out += [f"## Maj@k and greedy (paper Table 7 layout: {' '.join(f'M@{k}' for k in mk)} | greedy)", ""]
-    rows = []
-    for r in acc["rows"]:
-        cells = [
-            " ".join(_fmt(r["tasks"][t].get(f"maj@{k}")) for k in mk) + f" \\| {_fmt(r['tasks'][t]['greedy'])}"
-            for t in tasks
-        ]
-        rows.append([r["cell"], *cells])
-    out += [_md(header[:-1], rows), ""]
-
-    fg = data["forgetting"]
-    if fg["rows"]:
-        names = [m.replace("pass@", "Δ@").replace("maj@", "ΔM@") for m in fg["metrics"]]
-        out += ["## Held-out change against base, pp (paper Table 10 layout)", ""]
-        out += ["Mean over held-out tasks, with a 95 % paired-bootstrap CI over problems.", ""]
-        out += [_md(["cell", *names], [[r["cell"], *[_ci(r["mean"][m]) for m in fg["metrics"]]] for r in fg["rows"]])]
-        out += ["", "Per held-out task:", ""]
-        rows = [[r["cell"], t, *[_ci(r["tasks"][t][m]) for m in fg["metrics"]]] for r in fg["rows"] for t in r["tasks"]]
-        out += [_md(["cell", "task", *names], rows), ""]
-
-    dr = data["drift"]
-    if dr["rows"]:
-        out += ["## Parameter drift (paper Table 4 layout)", ""]
-        out += ["Relative L2 ‖θ−θ₀‖/‖θ₀‖ in fp32, ×1e-2.", ""]
-        for ratio in dr["es_over_grpo"]:
-            out.append(
-                f"- **{ratio['model']}**: ES {ratio['es'] * 100:.4f} vs GRPO {ratio['grpo'] * 100:.4f}: "
-                f"ES/GRPO = **{ratio['ratio']:.1f}×** (paper: 40.7–44.1×)"
-            )
-        groups = sorted({g for r in dr["rows"] for g in r["groups"]})
-        header = [
-            "cell",
-            "rel. L2 ×1e-2",
-            "max abs Δθ",
-            "changed",
-            "rounding",
-            *[f"{g} share (top-100)" for g in groups],
-        ]
-        rows = []
-        for r in dr["rows"]:
-            gs = [
-                f"{r['groups'][g]['share'] * 100:.1f}% ({r['groups'][g]['top']})" if g in r["groups"] else "–"
-                for g in groups
-            ]
-            rnd = "–" if r["rounding_share"] is None else f"{r['rounding_share'] * 100:.2f}%"
-            rows.append(
-                [
-                    r["cell"],
-                    f"{r['relative_l2'] * 100:.4f}",
-                    f"{r['max_abs_delta']:.3g}",
-                    f"{r['changed_fraction'] * 100:.1f}%",
-                    rnd,
-                    *gs,
-                ]
-            )
-        out += ["", _md(header, rows), ""]
-        out += ["Group share = share of ‖Δθ‖²; (n) = how many of the 100 largest |Δθ| fall in the group.", ""]
-
-    if data["bf16"]:
-        out += ["## bf16 artefacts (fp32-master vs paper-bf16, same configuration)", ""]
-        header = [
-            "fp32-master",
-            "paper-bf16",
-            "rel. L2 fp32",
-            "rel. L2 bf16",
-            "excess drift share",
-            "rounding share (bf16 run)",
-            "top-100 bf16-step multiples fp32 / bf16",
-        ]
-        rows = [
-            [
-                p["fp32"],
-                p["bf16"],
-                f"{p['relative_l2_fp32'] * 100:.4f}",
-                f"{p['relative_l2_bf16'] * 100:.4f}",
-                _fmt(p["excess_share"]) + "%",
-                _fmt(p["rounding_share_bf16"], digits=2) + "%",
-                f"{p['top_step_share_fp32'] * 100:.0f}% / {p['top_step_share_bf16'] * 100:.0f}%",
-            ]
-            for p in data["bf16"]
-        ]
-        out += [_md(header, rows), ""]
-        out += [
-            "Excess drift share = 1 − ‖Δ_fp32‖²/‖Δ_bf16‖². Rounding share = ‖θ − θ_ideal‖²/‖θ − θ₀‖², θ_ideal "
-            "being the fp32 trajectory of the same updates. A bf16-step multiple is a change of a whole number of "
-            "bf16 steps.",
-            "",
-        ]
-
-    if data["sparsity"]:
-        out += ["## Functional sparsity (paper Tables 11-12 layout)", ""]
-        for s in data["sparsity"]:
-            full = s["full"]
-            parts = [f"Full 0.00% {_fmt(full['pass@1'], digits=2)}"]
-            for r in s["rows"]:
-                d = "" if r["delta_vs_full"] is None else f" ({_fmt(r['delta_vs_full'], digits=2, sign=True)})"
-                parts.append(f"τ={r['tau']:g}: {r['sparsity_pct']:.2f}% {_fmt(r['pass@1'], digits=2)}{d}")
-            out.append(f"- **{s['cell']}** ({full['task']} Pass@1): " + " | ".join(parts))
-        out.append("")
-
-    out += ["## Entropy and diversity", ""]
-    out += [
-        "Token entropy: nats per response token of the full next-token distribution, teacher-forced on the sampled "
-        "eval responses. Answer entropy: bits over answer clusters of each problem's samples. Probe: the fixed "
-        "training probe, first → last. JS: the σ-population around the final weights.",
-        "",
-    ]
-    header = ["cell", *[f"{t} tok / ans" for t in tasks], "probe entropy", "probe success", "JS_succ", "JS_ans"]
-    rows = []
-    for r in data["entropy"]:
-        cells = [
-            f"{_fmt(r['eval'][t], 1, 4)} / {_fmt(r['answer_entropy'][t], 1, 3)}"
-            if r["eval"].get(t) is not None
-            else f"– / {_fmt(r['answer_entropy'][t], 1, 3)}"
-            for t in tasks
-        ]
-        p = r["probe"]
-        pe = f"{p['entropy_first']:.4f} → {p['entropy_last']:.4f}" if p else "–"
-        ps = f"{p['success_first']:.2f} → {p['success_last']:.2f}" if p else "–"
-        dv = r["diversity"]
-        rows.append([r["cell"], *cells, pe, ps, _fmt(dv and dv["js_succ"], 1, 4), _fmt(dv and dv["js_answers"], 1, 4)])
-    out += [_md(header, rows), ""]
-    return "\n".join(out)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# plots
-
-
-def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    paths = []
-    tasks = data["accuracy"]["tasks"]
-    curves = data["curves"]["passk"]
-    fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.6), squeeze=False)
-    for ax, t in zip(axes[0], tasks, strict=True):
-        for cell, per_task in curves.items():
-            ks = sorted(int(k) for k in per_task[t])
-            ax.plot(ks, [per_task[t][k] for k in ks], marker="o", label=cell)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("k")
-        ax.set_ylabel("Pass@k")
-        ax.set_title(t + (" (held out)" if t in data["accuracy"]["held_out"] else ""))
-        ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
-    paths.append(_save(fig, out_dir / "passk.png"))
-
-    training = data["curves"]["training"]
-    if training:
-        fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
-        for cell, c in training.items():
-            if c["probe_entropy"]:
-                a1.plot(*zip(*c["probe_entropy"], strict=True), marker=".", label=cell)
-            if c["reward"]:
-                a2.plot(*zip(*c["reward"], strict=True), label=cell)
-        a1.set_title("probe token entropy (nats)")
-        a2.set_title("train reward (mean over rollouts)")
-        _style((a1, a2), "update")
-        paths.append(_save(fig, out_dir / "training.png"))
-
-    rows = data["drift"]["rows"]
-    if rows:
-        groups = sorted({g for r in rows for g in r["groups"]})
-        fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [2, 1]})
-        bottom = [0.0] * len(rows)
-        for g in groups:
-            vals = [r["groups"].get(g, {}).get("share", 0.0) * 100 for r in rows]
-            a1.bar([r["cell"] for r in rows], vals, bottom=bottom, label=g)
-            bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
-        a1.set_ylabel("share of ‖Δθ‖² (%)")
-        a1.set_title("drift by parameter group")
-        a1.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-        a1.tick_params(axis="x", labelrotation=20, labelsize=7)
-        a2.bar([r["cell"] for r in rows], [r["relative_l2"] * 100 for r in rows], color="gray")
-        a2.set_yscale("log")
-        a2.set_title("relative L2 drift (×1e-2)")
-        a2.tick_params(axis="x", labelrotation=20, labelsize=7)
-        paths.append(_save(fig, out_dir / "drift.png"))
-
-    if data["sparsity"]:
-        fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
-        for s in data["sparsity"]:
-            taus = [0.0] + [r["tau"] for r in s["rows"]]
-            a1.plot(taus, [0.0] + [r["sparsity_pct"] for r in s["rows"]], marker="o", label=s["cell"])
-            a2.plot(taus, [s["full"]["pass@1"]] + [r["pass@1"] for r in s["rows"]], marker="o", label=s["cell"])
-        a1.set_title("sparsity: coordinates dropped (%)")
-        a2.set_title("Pass@1 of thresholded update")
-        _style((a1, a2), "τ (|Δθ| threshold)")
-        paths.append(_save(fig, out_dir / "sparsity.png"))
-    return paths
-
-
-def _style(axes, xlabel: str) -> None:
-    for a in axes:
-        a.set_xlabel(xlabel)
-        a.grid(alpha=0.3)
-        a.legend(fontsize=7)
-
-
-def _save(fig, path: Path) -> Path:
-    """Render to a temp name and rename, like every other esbench output: a plot is never half-written."""
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
 
 
 def write_report(run_dir: Path, out_dir: Path | None = None, iters: int = 2000) -> tuple[dict[str, Any], Path]:
