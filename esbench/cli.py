@@ -115,7 +115,8 @@ def cmd_run(args) -> int:
         console.print(f"all {len(cells)} cells of {suite.name!r} are done; nothing to run")
     else:
         console.print(f"{suite.name}: {len(pending)} of {len(cells)} cells to run (output: {root})")
-        failed = get_executor(args.executor)(pending, lambda c: cell_dir(args.out, suite.name, c.id), console)
+        dir_of = lambda c: cell_dir(args.out, suite.name, c.id)  # noqa: E731
+        failed = get_executor(args.executor)(pending, dir_of, console, jobs=args.jobs)
         if failed:
             console.print(summary_table(suite.name, _records(args.out, suite, cells)))
             for c, err in failed:
@@ -137,7 +138,7 @@ def _records(out: str, suite: Suite, cells):
 
 def cmd_run_cell(args) -> int:
     """One cell from its frozen `cell.json` into DIR: the seam that executors and container runtimes call."""
-    from esbench.records import CellBusy
+    from esbench.records import CellBusy, CellDir
     from esbench.runner import run_cell_file
 
     cell_json = Path(args.cell_json)
@@ -154,7 +155,7 @@ def cmd_run_cell(args) -> int:
     os.environ.setdefault("TQDM_DISABLE", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     out = Path(args.out)
-    _setup_logging(out / "esbench.log")
+    _setup_logging(CellDir(out).log)
     try:
         record = run_cell_file(cell_json, out, on_stage=lambda s: print(f"{spec['name']}: {s}", flush=True))
     except CellBusy as e:
@@ -191,6 +192,12 @@ def cmd_report(args) -> int:
     return 0
 
 
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return int(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from esbench import __version__
 
@@ -216,6 +223,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", default="runs", help="output root (default: runs/)")
     r.add_argument("--only", help="glob over cell ids or names (model/dataset/method/bBUDGET/sSEED)")
     r.add_argument("--executor", default="local", choices=["local"], help="where cells run (ray/slurm: planned)")
+    r.add_argument(
+        "--jobs",
+        type=_positive_int,
+        default=1,
+        help="cells run at once by the local executor, each an `esbench run-cell` process with cores/jobs threads "
+        "(default 1: one after another, in this process)",
+    )
     r.add_argument("--runtime", default="local", choices=["local"], help="how cells run (containers: planned)")
     r.set_defaults(fn=cmd_run)
 

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 RECORD_SCHEMA = "esbench.record/1"
 # The leaderboard release a record is comparable under (esbench.leaderboard.release freezes it in releases/).
-RELEASE = "v1.1"
+RELEASE = "v1.2"
 
 
 class BudgetUsed(BaseModel):
@@ -107,6 +107,7 @@ class CellDir:
     lease = property(lambda self: self.path / ".lease")  # who is running the cell (`Lease`)
     error_log = property(lambda self: self.path / "error.log")  # the traceback of a failed attempt
     lm_eval_log = property(lambda self: self.path / "lm_eval.log")
+    log = property(lambda self: self.path / "esbench.log")  # library logs of `esbench run-cell`
     final_weights = property(lambda self: self.path / "final.safetensors")  # eval.save_weights
     sparsity = property(lambda self: self.path / "sparsity")  # per-τ evaluations (eval.sparsity)
 
@@ -197,6 +198,21 @@ class Lease:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+# Releases whose records were evaluated with the cell seed itself; later ones use `eval_seed`.
+CELL_SEED_EVAL_RELEASES = ("v1.0", "v1.1")
+
+
+def eval_seed(seed: int, weights_sha256: str) -> int:
+    """The evaluation sampler's seed: the cell seed bound to the weights being evaluated (since release v1.2).
+
+    Two cells whose weights differ sample with unrelated random streams, so identical sampled outputs mean identical
+    weights (the leaderboard's copied-evidence check relies on it); with one common seed, a small update samples
+    exactly like base. A re-run of the same cell reproduces it bit for bit.
+    """
+    blob = hashlib.blake2b(f"esbench-eval:{seed}:{weights_sha256}".encode(), digest_size=8).digest()
+    return int.from_bytes(blob, "little") & 0x7FFFFFFF  # numpy and lm-eval accept seeds below 2**32
 
 
 def train_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:

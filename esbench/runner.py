@@ -19,7 +19,16 @@ from pathlib import Path
 from typing import Any
 
 from esbench import provenance
-from esbench.records import RECORD_SCHEMA, RELEASE, CellDir, Lease, atomic_write_json, train_summary, write_record
+from esbench.records import (
+    RECORD_SCHEMA,
+    RELEASE,
+    CellDir,
+    Lease,
+    atomic_write_json,
+    eval_seed,
+    train_summary,
+    write_record,
+)
 from esbench.spec import Cell
 
 log = logging.getLogger(__name__)
@@ -32,17 +41,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def eval_seed(seed: int, weights_sha256: str) -> int:
-    """The evaluation sampler's seed: the cell seed bound to the weights being evaluated.
-
-    Two cells whose weights differ sample with unrelated random streams, so identical sampled outputs mean identical
-    weights (the leaderboard's copied-evidence check relies on it); with one common seed, a small update samples
-    exactly like base. A re-run of the same cell reproduces it bit for bit.
-    """
-    blob = hashlib.blake2b(f"esbench-eval:{seed}:{weights_sha256}".encode(), digest_size=8).digest()
-    return int.from_bytes(blob, "little") & 0x7FFFFFFF  # numpy and lm-eval accept seeds below 2**32
 
 
 def stage_count(cell: Cell) -> int:
@@ -97,7 +95,7 @@ def _run_cell(cell: Cell, cd: CellDir, stage: Callable[[str], None]) -> dict[str
 
     # a `checkpoint` method (or first stage) names other weights than the cell's model
     loaded = load_model(**model_to_load(cell.spec["method"], cell.spec["model"]))
-    backend = build_backend(spec.backend.kind, loaded.model, loaded.tokenizer, device=spec.backend.device)
+    backend = build_backend(spec.backend, loaded.model, loaded.tokenizer)
     timings["load_s"] = time.perf_counter() - t0
     stage("model loaded")
 

@@ -14,8 +14,8 @@ models: {tiny: {path: "builtin:tiny"}}
 datasets: {arith: {task: tiny_arith, size: 16}}
 methods:
   base: {}
-  es: {method: es, population: 4, sigma: 0.003, alpha: 0.003, batch_size: 4, max_new_tokens: 40}
-  es-bf16: {method: es, population: 4, sigma: 0.003, alpha: 0.003, batch_size: 4, max_new_tokens: 40,
+  es: {method: es, population: 8, sigma: 0.01, alpha: 0.003, batch_size: 8, max_new_tokens: 40}
+  es-bf16: {method: es, population: 8, sigma: 0.01, alpha: 0.003, batch_size: 8, max_new_tokens: 40,
             precision: paper-bf16}
   grpo: {method: grpo, prompts_per_rollout: 4, num_generations: 2, ppo_minibatch_prompts: 4, micro_batch: 8,
          learning_rate: 0.0001, max_completion_length: 40}
@@ -62,6 +62,8 @@ def test_records_carry_every_analysis(run_dir):
         if name == "base":
             assert "drift" not in rec and "sparsity" not in rec
             continue
+        rows = [json.loads(x) for x in (run_dir / rec["cell"]["id"] / "train.jsonl").read_text().splitlines()]
+        assert any(r.get("reward_std", 1) > 0 for r in rows), "premise: members scored differently at some update"
         assert rec["drift"]["relative_l2"] > 0
         assert sum(g["share"] for g in rec["drift"]["groups"].values()) == pytest.approx(1.0)
         assert [s["tau"] for s in rec["sparsity"]] == [0.0005, 0.002]

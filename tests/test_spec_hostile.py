@@ -126,8 +126,8 @@ def test_size_cap_reads_at_most_one_byte_past_it(tmp_path):
 
 
 def test_legitimate_anchors_aliases_and_merge_keys_still_work(repo, tmp_path):
-    """tiny.yaml with ES's settings shared by an anchor + merge key and its σ by an alias gives the very same cells."""
-    text = (repo / "suites" / "tiny.yaml").read_text()
+    """tiny-full.yaml with ES's settings shared by an anchor + merge key and its σ by an alias: the very same cells."""
+    text = (repo / "suites" / "tiny-full.yaml").read_text()
     bf16 = text[text.index("  es-bf16:") : text.index("  es-grpo:")]
     anchored = (
         text.replace("  es:  ", "  es: &es", 1)
@@ -136,7 +136,7 @@ def test_legitimate_anchors_aliases_and_merge_keys_still_work(repo, tmp_path):
         .replace("diversity: {sigma: 0.003,", "diversity: {sigma: *sigma,")
     )
     assert anchored.count("*es") == 1 and anchored.count("*sigma") == 1 and anchored.count("&") == 2
-    original = {c.name: c.id for c in load_suite(repo / "suites" / "tiny.yaml").cells()}
+    original = {c.name: c.id for c in load_suite(repo / "suites" / "tiny-full.yaml").cells()}
     assert {c.name: c.id for c in load_suite(write(tmp_path, anchored)).cells()} == original
 
 

@@ -118,6 +118,12 @@ class BackendSpec(BaseModel):
     kind: str = Field("hf", description=f"Generation backend: {', '.join(sorted(KINDS))}.")
     device: DevicePolicy = Field("auto", description="auto (CUDA when present, else CPU), cpu or cuda.")
     sampler: Literal["neutral/1"] = Field(NEUTRAL_SAMPLER, description="The decoding contract (module docstring).")
+    cpu_threads: int = Field(
+        1,
+        ge=1,
+        description="Torch threads when the cell runs on CPU (ignored on CUDA). Part of the id: CPU kernels reduce in "
+        "thread-count-dependent order, so GRPO's weights differ bit for bit between 1 and 2 threads.",
+    )
 
     @field_validator("kind")
     @classmethod
@@ -145,9 +151,9 @@ def backend_class(kind: str) -> type:
     return getattr(importlib.import_module(module), attr)
 
 
-def build_backend(kind: str, model: Any, tokenizer: Any, device: DevicePolicy = "auto", **options: Any) -> Backend:
+def build_backend(spec: BackendSpec, model: Any, tokenizer: Any, **options: Any) -> Backend:
     """The cell's one backend over a loaded model (the runner calls this once per cell)."""
-    return backend_class(kind)(model, tokenizer, device=device, **options)
+    return backend_class(spec.kind)(model, tokenizer, device=spec.device, cpu_threads=spec.cpu_threads, **options)
 
 
 def chunks(seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:

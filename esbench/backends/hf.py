@@ -38,9 +38,14 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> str:
 class HFBackend:
     kind = "hf"
 
-    def __init__(self, model, tokenizer, *, device: DevicePolicy = "auto", batch_size: int = 256):
+    def __init__(
+        self, model, tokenizer, *, device: DevicePolicy = "auto", cpu_threads: int | None = None, batch_size: int = 256
+    ):
         self.device_policy = device
-        self.model = model.to(resolve_device(device))
+        resolved = resolve_device(device)
+        if resolved == "cpu" and cpu_threads is not None:
+            torch.set_num_threads(cpu_threads)  # results depend on it on CPU: the cell spec fixes it
+        self.model = model.to(resolved)
         self.model.eval()
         self.tokenizer = tokenizer
         self.batch_size = batch_size  # sequences per generate call (prompts per call = batch_size // n)
@@ -244,5 +249,6 @@ class HFBackend:
             "device": str(device),
             "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
             "dtype": str(self.dtype).removeprefix("torch."),
+            "cpu_threads": torch.get_num_threads() if device.type == "cpu" else None,
             "sampler": NEUTRAL_SAMPLER,
         }

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from esbench.leaderboard.release import task_source, verifier_fingerprint
-from esbench.records import sha256_file
+from esbench.records import CELL_SEED_EVAL_RELEASES, eval_seed, sha256_file
 
 if TYPE_CHECKING:  # annotations only: verify.py imports this module
     from esbench.leaderboard.verify import ReleaseGrid
@@ -208,8 +208,12 @@ def _check_provenance(where: str, record: dict[str, Any], release: dict[str, Any
             report.add(f"{where}: missing provenance: provenance.{key} (may be null, must be present)")
     seeds = prov.get("seeds") if isinstance(prov.get("seeds"), dict) else {}
     for k in ("cell", "train", "eval"):
-        if k in seeds and seeds[k] != spec["seed"]:
-            report.add(f"{where}: provenance.seeds.{k} is {seeds[k]}, but the cell's seed is {spec['seed']}")
+        expected, what = spec["seed"], "the cell's seed"
+        if k == "eval" and record.get("release") not in CELL_SEED_EVAL_RELEASES:
+            expected = eval_seed(spec["seed"], str(prov.get("final_weights_sha256")))
+            what = "the eval seed derived from the cell's seed and final weights"
+        if k in seeds and seeds[k] != expected:
+            report.add(f"{where}: provenance.seeds.{k} is {seeds[k]}, but {what} is {expected}")
     model = prov.get("model") if isinstance(prov.get("model"), dict) else {}
     if model.get("path") not in (None, spec.get("model", {}).get("path")):
         report.add(f"{where}: provenance.model.path {model.get('path')!r} is not the cell's model")

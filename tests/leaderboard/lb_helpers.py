@@ -45,8 +45,7 @@ def reforge(cell: Path) -> None:
     task verifier, recompute the record's metrics from them, and re-bind the samples' hashes and cell.json."""
     import hashlib
 
-    from esbench.analyses import answer_entropy
-    from esbench.evaluation import summarise
+    from esbench.evaluation import answer_entropy, summarise
     from esbench.tasks import get_task
 
     record = json.loads((cell / "record.json").read_text())

@@ -159,9 +159,14 @@ def test_duplicated_seed(tampered):
 def test_seed_provenance_disagrees_with_spec(tampered):
     root, sub = tampered
     cell = cells(sub)["tiny/-/base/b0/s1"]
-    edit_json(cell / "record.json", lambda r: r["provenance"]["seeds"].update({"eval": 0}))
+    edit_json(cell / "record.json", lambda r: r["provenance"]["seeds"].update({"eval": 0, "train": 0}))
     rehash(sub)
-    assert_rejected(root, sub, "provenance.seeds.eval is 0, but the cell's seed is 1")
+    assert_rejected(
+        root,
+        sub,
+        "provenance.seeds.train is 0, but the cell's seed is 1",
+        "provenance.seeds.eval is 0, but the eval seed derived from the cell's seed and final weights is",
+    )
 
 
 def test_edited_cell_spec(tampered):
@@ -420,7 +425,7 @@ def test_over_budget_in_the_record(tampered):
 
 def test_over_budget_in_the_training_log(tampered):
     """A log of 6 updates for a 2-update cell, with the record's train summary and budget rewritten to match."""
-    from esbench.runner import _train_summary
+    from esbench.records import train_summary as _train_summary
 
     root, sub = tampered
     cell = cells(sub)["tiny/arith/es/b2/s0"]

@@ -117,7 +117,7 @@ def test_es_learns_on_the_tiny_suite(repo, tiny_model_dir, tmp_path):
     from esbench.rewards import Reward
     from esbench.tasks import get_task
 
-    suite = load_suite(repo / "suites" / "tiny.yaml")
+    suite = load_suite(repo / "suites" / "tiny-full.yaml")  # 40 updates (the demo suite has 20)
     (cell,) = [c for c in suite.cells() if c.labels["method"] == "es"]  # not es-bf16
     spec = cell.spec
     cls = registry.get("es")
