@@ -126,7 +126,7 @@ def test_size_cap_reads_at_most_one_byte_past_it(tmp_path):
 
 
 def test_legitimate_anchors_aliases_and_merge_keys_still_work(repo, tmp_path):
-    """tiny-full.yaml with ES's settings shared by an anchor + merge key and its σ by an alias: the very same cells."""
+    """tiny-full.yaml with ES's settings shared by an anchor + merge key and its σ by an alias: the same cells."""
     text = (repo / "suites" / "tiny-full.yaml").read_text()
     bf16 = text[text.index("  es-bf16:") : text.index("  es-grpo:")]
     anchored = (
