@@ -21,11 +21,11 @@ module holds the submission-level flow: the manifest, submission.json, the relea
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
+from esbench.leaderboard.grid import ReleaseGrid, _canon, _strip
 from esbench.leaderboard.release import CURRENT, load_release
 from esbench.leaderboard.verify_cell import (
     CELL_FILES,  # noqa: F401  (CELL_FILES, RECORD_KEYS, TOL: moved, still importable from here)
@@ -33,9 +33,7 @@ from esbench.leaderboard.verify_cell import (
     TOL,  # noqa: F401
     CellResult,
     Report,
-    _canon,
     _check_cell,
-    _diff_paths,
     _read_json,
 )
 from esbench.records import sha256_file
@@ -54,47 +52,6 @@ def manifest_for(directory: Path) -> dict[str, Any]:
         if p.is_file() and not p.is_symlink() and p.relative_to(directory).as_posix() != MANIFEST
     }
     return {"algorithm": "sha256", "files": files}
-
-
-def _strip(spec: dict[str, Any], *keys: str) -> str:
-    return _canon({k: v for k, v in spec.items() if k not in keys})
-
-
-class ReleaseGrid:
-    """The release's frozen cells (`cells.json`), indexed for the grid check.
-
-    The release freezes expanded, normalised cell specs rather than re-expanding its suite YAML with today's code:
-    a new spec default in esbench changes every cell id, and must not silently move an old release's grid.
-    """
-
-    def __init__(self, release: dict[str, Any]):
-        from esbench.spec import Cell
-
-        self.exact: dict[str, Any] = {}  # spec without seed -> cell (extra seeds are welcome)
-        self.points: dict[str, Any] = {}  # trained spec without method and seed -> cell (plug-in slot)
-        self.kinds: set[str] = set()
-        self.cells = []
-        frozen = json.loads((release["dir"] / release["cells"]).read_text())
-        for suite_cells in frozen.values():
-            for c in suite_cells:
-                cell = Cell(c["spec"], c["labels"])
-                self.cells.append(cell)
-                self.exact[_strip(cell.spec, "seed")] = cell
-                self.kinds.add(cell.spec["method"]["kind"])
-                if cell.spec["dataset"] is not None:
-                    self.points[_strip(cell.spec, "seed", "method")] = cell
-
-    def place(self, spec: dict[str, Any]) -> tuple[str | None, Any]:
-        """("release" | "plug-in", the release cell it stands on) when `spec` is on the grid, else (None, why)."""
-        if _strip(spec, "seed") in self.exact:
-            return "release", self.exact[_strip(spec, "seed")]
-        kind = (spec.get("method") or {}).get("kind")
-        if kind not in self.kinds and kind != "sequence" and _strip(spec, "seed", "method") in self.points:
-            return "plug-in", self.points[_strip(spec, "seed", "method")]
-        same_kind = [c for c in self.cells if c.spec["method"]["kind"] == kind] or self.cells
-        nearest = min(same_kind, key=lambda c: len(_diff_paths(c.spec, spec)))
-        diffs = [d for d in _diff_paths(nearest.spec, spec) if d != "seed"]
-        return None, f"differs from release cell {nearest.name} at {', '.join(diffs[:6]) or 'unknown fields'}"
 
 
 def verify(path: Path, root: Path, release_id: str = CURRENT) -> Report:

@@ -16,13 +16,11 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from esbench.leaderboard.grid import ReleaseGrid, _canon, _diff_paths
 from esbench.leaderboard.release import task_source, verifier_fingerprint
 from esbench.records import CELL_SEED_EVAL_RELEASES, eval_seed, sha256_file
-
-if TYPE_CHECKING:  # annotations only: verify.py imports this module
-    from esbench.leaderboard.verify import ReleaseGrid
 
 CELL_FILES = {"cell.json", "record.json", "train.jsonl"}
 RECORD_KEYS = {
@@ -96,22 +94,6 @@ def _read_json(path: Path, report: Report, what: str) -> Any:
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         report.add(f"{what}: not valid JSON ({e})")
     return None
-
-
-def _canon(obj: Any) -> str:
-    from esbench.spec import canonical_json
-
-    return canonical_json(obj)
-
-
-def _diff_paths(a: Any, b: Any, prefix: str = "") -> list[str]:
-    """Dotted paths where two JSON values differ (for naming what an edited spec changed)."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        out = []
-        for k in sorted(set(a) | set(b)):
-            out += _diff_paths(a.get(k), b.get(k), f"{prefix}.{k}" if prefix else k)
-        return out
-    return [] if a == b else [prefix or "(root)"]
 
 
 def _check_cell(d: Path, release: dict[str, Any], grid: ReleaseGrid, report: Report) -> CellResult | None:

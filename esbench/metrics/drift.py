@@ -75,7 +75,7 @@ def drift(
     changed = total = 0
     for name, t0 in start.items():
         a = t0.to(torch.float32).flatten()
-        d = end[name].to(torch.float32).flatten() - a
+        d = end[name].to(a.device, torch.float32).flatten() - a  # θ₀ is a CPU copy; the weights may be on a GPU
         g = groups[group_of(name)]
         g["params"] += a.numel()
         ds, bs = float(d.pow(2).sum()), float(a.pow(2).sum())
@@ -87,7 +87,9 @@ def drift(
         total += d.numel()
         if ideal is not None:
             sq_round += float(
-                (end[name].to(torch.float32).flatten() - ideal[name].to(torch.float32).flatten()).pow(2).sum()
+                (end[name].to(a.device, torch.float32).flatten() - ideal[name].to(a.device, torch.float32).flatten())
+                .pow(2)
+                .sum()
             )
         k = min(top, d.numel())
         vals, idx = d.abs().topk(k)
@@ -144,7 +146,7 @@ def threshold(start: Mapping[str, torch.Tensor], end: Mapping[str, torch.Tensor]
     out, dropped, total, sq, sq_base = {}, 0, 0, 0.0, 0.0
     for name, t0 in start.items():
         a = t0.to(torch.float32)
-        d = end[name].to(torch.float32) - a
+        d = end[name].to(a.device, torch.float32) - a
         keep = d.abs() >= tau
         out[name] = a + d * keep
         dropped += int((~keep).sum())
