@@ -77,6 +77,8 @@ def _data_provenance(task, split: str, rows: list[dict[str, str]]) -> dict[str, 
 
 
 def _run_cell(cell: Cell, cd: CellDir, stage: Callable[[str], None]) -> dict[str, Any]:
+    import torch
+
     from esbench.analyses import build_probe, functional_sparsity, parameter_drift, population_diversity
     from esbench.backends import build_backend
     from esbench.evaluation import evaluate
@@ -127,6 +129,10 @@ def _run_cell(cell: Cell, cd: CellDir, stage: Callable[[str], None]) -> dict[str
         timings["train_s"] = time.perf_counter() - t1
         stage("trained")
     log_rows = [json.loads(line) for line in cd.train_log.read_text().splitlines()] if cd.train_log.exists() else []
+    analyses: dict[str, Any] = {}
+    if method_cls.trains:  # drift of the weights as trained (GRPO's fp32 master), before the evaluation cast
+        analyses["drift"] = parameter_drift(backend, start, result.ideal)
+    backend.cast(getattr(torch, spec.model.dtype))  # every cell is evaluated at the suite's dtype
 
     t2 = time.perf_counter()
     weights_sha = backend.state_hash()
@@ -135,9 +141,7 @@ def _run_cell(cell: Cell, cd: CellDir, stage: Callable[[str], None]) -> dict[str
     ev = spec.eval
     metrics = evaluate(backend, ev, seeds["eval"], cd.path, on_pass=lambda p: stage(f"evaluated {p}"))
     timings["eval_s"] = time.perf_counter() - t2
-    analyses: dict[str, Any] = {}
     if method_cls.trains:
-        analyses["drift"] = parameter_drift(backend, start, result.ideal)
         if ev.save_weights:
             from safetensors.torch import save_file
 

@@ -16,6 +16,8 @@ Table 14 -> GRPOConfig (easy setting; the hard setting adds the KL coefficient 0
 - response limit 2048 / 8192 -> `max_completion_length`
 - group-relative advantage -> `scale_rewards = "group"` (mean and std within each group)
 - one pass over each rollout -> `num_iterations = 1`
+- verl's mixed precision -> a bf16 (fp16) model is trained as an fp32 master with `bf16=True` (`fp16=True`) autocast;
+  the weights handed to drift are the fp32 master's, and evaluation casts them to the suite's dtype like every cell
 
 Where TRL has no exact equivalent: the paper does not name its loss aggregation; esbench defaults to
 `loss_type: grpo` (per-sequence length normalisation, the original GRPO objective) and lets a suite choose
@@ -58,8 +60,9 @@ class GRPOSettings(BaseModel):
     checkpoint_every: int = Field(10, gt=0, description="Trainer checkpoint every k updates (for resume).")
 
 
-def grpo_config(cfg: GRPOSettings, budget: int, output_dir: str, seed: int, use_cpu: bool):
-    """The `trl.GRPOConfig` for `cfg` (see the table in the module docstring)."""
+def grpo_config(cfg: GRPOSettings, budget: int, output_dir: str, seed: int, use_cpu: bool, compute: str = "float32"):
+    """The `trl.GRPOConfig` for `cfg` (see the table in the module docstring). `compute` is the autocast dtype over
+    fp32 master weights (`bfloat16` or `float16` for a half-precision model; `float32`: no autocast)."""
     from trl import GRPOConfig
 
     g = cfg.num_generations
@@ -91,7 +94,8 @@ def grpo_config(cfg: GRPOSettings, budget: int, output_dir: str, seed: int, use_
         seed=seed,
         data_seed=seed,
         use_cpu=use_cpu,
-        bf16=False,
+        bf16=compute == "bfloat16",
+        fp16=compute == "float16",
         report_to="none",
         logging_steps=1,
         save_strategy="steps",
@@ -112,6 +116,7 @@ class GRPO(Method):
 
     def train(self, train_data, reward, budget, config: GRPOSettings, ctx: TrainContext):
         import datasets
+        import torch
         from transformers import TrainerCallback
         from trl import GRPOTrainer
 
@@ -164,7 +169,13 @@ class GRPO(Method):
             def on_step_end(self, args, state, control, **kw):
                 ctx.maybe_probe(state.global_step, final=state.global_step == budget)
 
-        args = grpo_config(config, budget, str(out), ctx.seed, use_cpu=backend.device.type == "cpu")
+        # verl's mixed precision: a half-precision model trains as an fp32 master with autocast compute in its dtype.
+        # Pure-bf16 AdamW at lr 1e-6 would round most updates away (a GRPO row that sits on Base).
+        compute = str(backend.dtype).removeprefix("torch.")
+        if compute != "float32":
+            backend.cast(torch.float32)
+        use_cpu = backend.device.type == "cpu"
+        args = grpo_config(config, budget, str(out), ctx.seed, use_cpu=use_cpu, compute=compute)
         model.train()
         trainer = GRPOTrainer(
             model=model,
@@ -187,7 +198,8 @@ class GRPO(Method):
         counters["generated_tokens"] = int(
             sum(r.get("completion_length") or 0 for r in _read(ctx.log_path)) * per_update
         )
-        return TrainResult(updates=budget, **counters)
+        summary = {"precision": "fp32-master" + (f", {compute} autocast" if compute != "float32" else "")}
+        return TrainResult(updates=budget, summary=summary, **counters)
 
 
 COMPLETE = "esbench-complete.json"

@@ -209,3 +209,37 @@ def test_resume_after_a_kill_mid_save_matches_the_uninterrupted_run(tmp_path, ti
     weights, log = _train_grpo(tmp_path / "clean", 4)  # resumes from checkpoint-2 and redoes updates 2 and 3
     assert log == ref_log
     assert all(torch.equal(weights[k], ref_weights[k]) for k in ref_weights)
+
+
+GRPO_DTYPE_SUITE = """\
+name: grpo-{dtype}
+models: {{tiny: {{path: builtin:tiny, dtype: {dtype}}}}}
+datasets: {{arith: {{task: tiny_arith, size: 8}}}}
+methods:
+  grpo: {{method: grpo, prompts_per_rollout: 4, num_generations: 4, ppo_minibatch_prompts: 4, micro_batch: 16,
+          learning_rate: 1.0e-6, max_completion_length: 24}}
+budgets: [3]
+seeds: [0]
+eval: {{tasks: [tiny_arith], limit: 2, n: 1, k: [1], temperature: 1.0, max_new_tokens: 24, greedy: false,
+        entropy: false}}
+"""
+
+
+def test_grpo_on_a_bf16_model_keeps_its_updates_in_an_fp32_master(tmp_path, tiny_model_dir):
+    """Paper setting lr 1e-6 on a bf16 model: pure-bf16 AdamW would round nearly every update away. With the fp32
+    master (verl's mixed precision) the drift is of the same order as the fp32 cell's, and evaluation is in bf16."""
+    from esbench.cli import main
+
+    drift = {}
+    for dtype in ("bfloat16", "float32"):
+        suite = tmp_path / f"{dtype}.yaml"
+        suite.write_text(GRPO_DTYPE_SUITE.format(dtype=dtype))
+        assert main(["run", str(suite), "--out", str(tmp_path / dtype)]) == 0
+        (path,) = (tmp_path / dtype).glob("*/*/record.json")
+        rec = json.loads(path.read_text())
+        drift[dtype] = rec["drift"]["relative_l2"]
+        assert rec["provenance"]["backend"]["dtype"] == dtype, "evaluated at the suite's dtype"
+        expected = "fp32-master, bfloat16 autocast" if dtype == "bfloat16" else "fp32-master"
+        assert rec["train"]["precision"] == expected
+    assert drift["float32"] > 0
+    assert drift["bfloat16"] >= 0.5 * drift["float32"], drift
