@@ -80,6 +80,7 @@ def copy_as_seed(sub: Path, name: str, seed: int, **provenance) -> Path:
     submission's cell list all made consistent (the manifest is left to `rehash`)."""
     import shutil
 
+    from esbench.records import eval_seed
     from esbench.spec import cell_id
 
     src = cells(sub)[name]
@@ -88,7 +89,10 @@ def copy_as_seed(sub: Path, name: str, seed: int, **provenance) -> Path:
     spec = {**record["cell"]["spec"], "seed": seed}
     new_id = cell_id(spec)
     record["cell"].update(spec=spec, id=new_id, name=record["cell"]["name"].replace(f"/s{old}", f"/s{seed}"))
-    record["provenance"].update(seeds={"cell": seed, "train": seed, "eval": seed}, **provenance)
+    record["provenance"].update(**provenance)
+    # the forger knows the public rule: the eval seed is derived from the seed and the (claimed) final weights
+    derived = eval_seed(seed, record["provenance"]["final_weights_sha256"])
+    record["provenance"]["seeds"] = {"cell": seed, "train": seed, "eval": derived}
     dst = src.parent / new_id
     shutil.copytree(src, dst)
     (dst / "record.json").write_text(json.dumps(record))

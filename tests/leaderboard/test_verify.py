@@ -156,6 +156,16 @@ def test_duplicated_seed(tampered):
     assert any("identical sampled outputs" in r for r in got) and any("identical final weights" in r for r in got)
 
 
+def test_a_copy_that_keeps_the_original_eval_seed_is_caught_by_its_derivation(tampered):
+    """Seed 0's cell relabelled as seed 2 without re-deriving the eval seed from seed 2 and the weights."""
+    root, sub = tampered
+    dst = copy_as_seed(sub, "tiny/-/base/b0/s0", 2)
+    original = json.loads((cells(sub)["tiny/-/base/b0/s0"] / "record.json").read_text())["provenance"]["seeds"]
+    edit_json(dst / "record.json", lambda r: r["provenance"]["seeds"].update(eval=original["eval"]))
+    rehash(sub)
+    assert_rejected(root, sub, "provenance.seeds.eval is", "derived from the cell's seed and final weights")
+
+
 def test_seed_provenance_disagrees_with_spec(tampered):
     root, sub = tampered
     cell = cells(sub)["tiny/-/base/b0/s1"]
