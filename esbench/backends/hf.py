@@ -80,8 +80,7 @@ class HFBackend:
             encoder_repetition_penalty=1.0,
             no_repeat_ngram_size=SAMPLER_SETTINGS["no_repeat_ngram_size"],
             encoder_no_repeat_ngram_size=0,
-            min_length=0,
-            min_new_tokens=SAMPLER_SETTINGS["min_new_tokens"],
+            min_new_tokens=SAMPLER_SETTINGS["min_new_tokens"],  # (min_length left unset: transformers warns on both)
             max_new_tokens=max_new_tokens,
             num_beams=1,
             num_return_sequences=n,

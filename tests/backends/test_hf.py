@@ -22,6 +22,7 @@ HOSTILE_GENERATION_CONFIG = {
     "repetition_penalty": 1.8,
     "no_repeat_ngram_size": 2,
     "min_new_tokens": 12,
+    "min_length": 45,
     "typical_p": 0.7,
     "max_new_tokens": 5,
 }
