@@ -222,7 +222,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("suite")
     r.add_argument("--out", default="runs", help="output root (default: runs/)")
     r.add_argument("--only", help="glob over cell ids or names (model/dataset/method/bBUDGET/sSEED)")
-    r.add_argument("--executor", default="local", choices=["local"], help="where cells run (ray/slurm: planned)")
+    r.add_argument(
+        "--executor",
+        default="local",
+        choices=["local", "ray", "slurm"],
+        help="where cells run: this machine (default), a Ray cluster (`pip install esbench[scale]`; "
+        "ESBENCH_RAY_ADDRESS or a local instance) or Slurm through submitit (ESBENCH_SLURM_* settings)",
+    )
     r.add_argument(
         "--jobs",
         type=_positive_int,
