@@ -117,7 +117,7 @@ TASKS: dict[str, TaskDef] = {
     "commonsense_qa": _paper("commonsense_qa", "choice"),
     "hotpotqa": _paper("hotpotqa", "hotpot", version=2),  # 2: revision pinned
     "gpqa_diamond": _paper("gpqa_diamond", "choice", version=2),  # 2: revision pinned
-    "mbpp": _paper("mbpp", "mbpp"),
+    "mbpp": _paper("mbpp", "mbpp", version=2),  # 2: a pass needs proof that every test ran (exit 0 was gameable)
     "countdown": _paper("countdown", "countdown"),
     # GSM8K-style procedural problems (reasoning-gym), for the real-LLM CPU smoke suite
     "gsm_symbolic": _paper("gsm_symbolic", "math", source="gym:gsm_symbolic"),
