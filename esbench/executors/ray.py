@@ -1,0 +1,211 @@
+"""Run cells as Ray tasks: on a Ray cluster (`ESBENCH_RAY_ADDRESS`) or on a Ray instance started on this machine.
+
+    esbench run suite.yaml --executor ray                                   # a private local instance, all cores
+    ESBENCH_RAY_ADDRESS=auto esbench run suite.yaml --executor ray          # the cluster this node belongs to
+    ESBENCH_RAY_ADDRESS=ray://head:10001 esbench run suite.yaml --executor ray
+
+Each pending cell is one task that calls `run_cell_file` (what `esbench run-cell CELL.json --out DIR` runs) in a
+worker, so its files are those of a local run. The driver writes `cell.json` first; on a cluster the output folder
+must be on a file system every node sees, and esbench must be installed on the workers.
+
+Resources come from the cell spec: a CPU cell asks for `backend.cpu_threads` CPUs (the torch threads it will use),
+a GPU cell (`backend.device: cuda`, or `auto` when the cluster has GPUs) for one GPU and one CPU. Ray schedules
+as many cells at once as the cluster holds; `jobs` (the local executor's concurrency) is accepted and ignored. The
+cell tasks are the only things that hold CPUs: the driver only waits on them.
+
+Retries: `max_retries` (default 2) re-runs a task whose worker or node died (OOM kill, preemption of a spot node).
+The re-run resumes from the cell's checkpoints under `work/`: `run-cell` resumes by itself, and the cell's Lease
+(`.lease`) is stale once its holder's pid is gone on this host or it stopped being renewed (ttl 120 s). A retry that
+lands on another node while the lease has not yet expired waits for it (`run_cell_remote`, up to `LEASE_WAIT_S`).
+Exceptions raised by the cell itself are not retried (they would fail again): the cell is reported failed with
+"Type: message" and the remote traceback goes to its `error.log`.
+
+A local instance gets `num_cpus=os.cpu_count()`, no dashboard, no worker output on the driver (the cell folder has
+`esbench.log`), and its own temporary directory, removed after `ray.shutdown()`. Ray 2.60 turns token
+authentication on for new local clusters and writes `~/.ray/auth_token` unless `RAY_AUTH_MODE` is set; esbench
+leaves that choice to the user (`RAY_AUTH_MODE=disabled` for a private single-machine instance; the tests set it).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.progress import Progress
+
+from esbench.executors.local import COLUMNS
+from esbench.spec import Cell
+
+log = logging.getLogger(__name__)
+
+MAX_RETRIES = 2
+LEASE_WAIT_S = 150.0  # the Lease's ttl (120 s) plus a margin: a dead holder on another node has expired by then
+TEMP_PREFIX = "esbench-ray-"
+
+
+def run_cell_remote(cell_json: str | Path, directory: str | Path, wait_s: float = LEASE_WAIT_S) -> None:
+    """Run one cell in a remote worker (Ray task, Slurm job): `run_cell_file` with the cell's `esbench.log`.
+
+    A `CellBusy` lease is waited on for up to `wait_s`: after a crash or preemption on another node, the dead
+    holder's lease expires within its ttl and the retry takes over. A live runner keeps renewing it, so a cell run
+    twice at once still fails (after `wait_s`) instead of interleaving writes.
+    """
+    from esbench.records import CellBusy, CellDir
+    from esbench.runner import run_cell_file
+
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    cd = CellDir(Path(directory))
+    cd.path.mkdir(parents=True, exist_ok=True)
+    resuming = cd.work.is_dir() and any(cd.work.iterdir())
+    root = logging.getLogger()
+    handler = logging.FileHandler(cd.log)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    note = f"cell {cd.path.name}: {'resuming from work/' if resuming else 'starting'} (pid {os.getpid()})"
+    print(f"esbench: {note}", flush=True)  # the job's stdout (submitit log, Ray worker log)
+    log.info(note)
+    deadline = time.monotonic() + wait_s
+    try:
+        while True:
+            try:
+                run_cell_file(Path(cell_json), cd.path)
+                return
+            except CellBusy:
+                if time.monotonic() >= deadline:
+                    raise
+                log.warning("%s: lease held; waiting for it to be released or to expire", cd.path)
+                time.sleep(5.0)
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+        handler.close()
+
+
+def _task(cell_json: str, directory: str) -> None:
+    """The Ray task body (module level, so workers import it by reference)."""
+    run_cell_remote(cell_json, directory)
+
+
+def resources(spec: dict[str, Any], cluster_gpus: float) -> dict[str, float]:
+    """The task's resource request from the cell spec's `backend` block."""
+    backend = spec.get("backend") or {}
+    device = backend.get("device", "auto")
+    if device == "cuda" or (device == "auto" and cluster_gpus > 0):
+        return {"num_cpus": 1, "num_gpus": 1}
+    return {"num_cpus": int(backend.get("cpu_threads", 1)), "num_gpus": 0}
+
+
+def _fresh_temp_dir() -> str:
+    return tempfile.mkdtemp(prefix=TEMP_PREFIX)  # short: Ray's unix sockets live under it (108-byte path limit)
+
+
+def _connect() -> tuple[bool, str | None]:
+    """Connect to ESBENCH_RAY_ADDRESS or start a private local instance. Returns (we called init, our temp dir)."""
+    import ray
+
+    if ray.is_initialized():  # the caller's own Ray session: use it, leave it running
+        return False, None
+    address = os.environ.get("ESBENCH_RAY_ADDRESS")
+    if address:
+        ray.init(address=address, log_to_driver=False)
+        return True, None
+    tmp = _fresh_temp_dir()
+    try:
+        ray.init(
+            address="local",  # never attach to a cluster named by RAY_ADDRESS by accident
+            num_cpus=os.cpu_count(),
+            include_dashboard=False,
+            log_to_driver=False,
+            _temp_dir=tmp,
+        )
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return True, tmp
+
+
+def _describe(error: BaseException) -> tuple[str, str]:
+    """("Type: message", traceback text) of a failed task; a RayTaskError carries the remote exception and trace."""
+    cause = getattr(error, "cause", None)
+    trace = getattr(error, "traceback_str", None)
+    if isinstance(cause, BaseException) and trace:
+        where = f"Ray task on pid {getattr(error, 'pid', '?')}, node {getattr(error, 'ip', '?')}"
+        return f"{type(cause).__name__}: {cause}", f"{where}\n{trace}"
+    return f"{type(error).__name__}: {error}", f"{type(error).__name__}: {error}\n"
+
+
+def run_cells(
+    cells: list[Cell],
+    dir_of: Callable[[Cell], Path],
+    console,
+    jobs: int = 1,
+    max_retries: int = MAX_RETRIES,
+) -> list[tuple[Cell, str]]:
+    import ray
+
+    from esbench.records import CellDir, atomic_write_json
+
+    if not cells:
+        return []
+    failed: list[tuple[Cell, str]] = []
+    started, tmp = _connect()
+    try:
+        totals = ray.cluster_resources()
+        remote = ray.remote(_task)
+        with Progress(*COLUMNS, console=console, transient=False) as progress:
+            overall = progress.add_task("cells", total=len(cells))
+
+            def fail(cell: Cell, cd, bar, summary: str, detail: str) -> None:
+                log.error("cell %s (%s) failed:\n%s", cell.id, cell.name, detail)
+                cd.error_log.write_text(detail)
+                failed.append((cell, summary))
+                progress.update(bar, description=f"  {cell.name}: [red]failed[/red]")
+                progress.advance(overall)
+
+            running: dict[Any, tuple[Cell, Any, Any]] = {}
+            for cell in cells:
+                cd = CellDir(dir_of(cell))
+                bar = progress.add_task(f"  {cell.name}: submitted", total=1)
+                atomic_write_json(cd.cell_json, cell.to_json())
+                request = resources(cell.spec, totals.get("GPU", 0))
+                if tmp is not None and any(request[k] > totals.get(r, 0) for k, r in _KEYS.items()):
+                    msg = (
+                        f"cell asks for {request['num_cpus']} CPUs and {request['num_gpus']} GPUs; this machine's Ray "
+                        f"instance has {totals.get('CPU', 0):g} and {totals.get('GPU', 0):g}: it would never start"
+                    )
+                    fail(cell, cd, bar, f"RuntimeError: {msg}", msg + "\n")
+                    continue
+                ref = remote.options(**request, max_retries=max_retries, name=f"esbench {cell.name}").remote(
+                    str(cd.cell_json), str(cd.path)
+                )
+                running[ref] = (cell, cd, bar)
+            while running:
+                done, _ = ray.wait(list(running), num_returns=1)
+                for ref in done:
+                    cell, cd, bar = running.pop(ref)
+                    try:
+                        ray.get(ref)
+                    except Exception as e:  # one failed cell must not stop the others
+                        fail(cell, cd, bar, *_describe(e))
+                        continue
+                    progress.update(bar, completed=1, description=f"  {cell.name}: done")
+                    progress.advance(overall)
+    finally:
+        if started:
+            ray.shutdown()
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    order = {c.id: i for i, c in enumerate(cells)}
+    return sorted(failed, key=lambda f: order[f[0].id])
+
+
+_KEYS = {"num_cpus": "CPU", "num_gpus": "GPU"}

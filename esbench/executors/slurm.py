@@ -1,0 +1,198 @@
+"""Run cells on Slurm through submitit: one job array per `esbench run`, one array task per pending cell.
+
+Each task calls `run_cell_file` (what `esbench run-cell CELL.json --out DIR` runs) on the cell's frozen `cell.json`,
+so the cell's files are those of a local run. The output folder must be on a file system the compute nodes share
+with the login node, and the job runs the same Python (`sys.executable`) with the submitting shell's environment
+(sbatch exports it), so HF_HOME, HF_TOKEN and the like carry over. submitit's own files (the pickled task, sbatch
+script, stdout/stderr) go to `<out>/<suite>/.submitit/<job id>/`; each cell's library logs to its `esbench.log`.
+
+Settings (environment variables, read at submission):
+
+| variable | sbatch option | default |
+|---|---|---|
+| `ESBENCH_SLURM_PARTITION` | `--partition` | the cluster's default |
+| `ESBENCH_SLURM_ACCOUNT` | `--account` | none |
+| `ESBENCH_SLURM_TIME_MIN` | `--time` (minutes, per task) | 1440 |
+| `ESBENCH_SLURM_GPUS_PER_TASK` | `--gpus-per-node` (one task per job) | 1 if a cell has `device: cuda`, else 0 |
+| `ESBENCH_SLURM_CPUS_PER_TASK` | `--cpus-per-task` | the largest `backend.cpu_threads` of the cells |
+| `ESBENCH_SLURM_MEM_GB` | `--mem` | the partition's default |
+| `ESBENCH_SUBMITIT_CLUSTER` | | `slurm` when `sbatch` is on PATH |
+
+`ESBENCH_SUBMITIT_CLUSTER=local` runs the tasks as subprocesses on this machine (submitit's LocalExecutor, with its
+signal handling and requeue), `debug` runs them in this process (and drops into pdb on an error): both for testing.
+
+All tasks of one array get the same resources, so a suite mixing GPU and CPU cells is best run in two passes
+(`--only`). A typical university cluster, GPU partition, from a login node:
+
+    export ESBENCH_SLURM_PARTITION=gpu ESBENCH_SLURM_ACCOUNT=my-lab ESBENCH_SLURM_GPUS_PER_TASK=1
+    export ESBENCH_SLURM_CPUS_PER_TASK=8 ESBENCH_SLURM_MEM_GB=64 ESBENCH_SLURM_TIME_MIN=720
+    export HF_HOME=/scratch/$USER/hf                    # on the shared file system
+    tmux new -s esbench 'esbench run suites/paper.yaml --out /scratch/$USER/runs --executor slurm'
+
+The driver waits for every task (keep it in tmux/screen). If it is stopped, the Slurm jobs keep running; run
+`esbench run` again once they are over (`squeue --me`): it skips the cells whose record exists and resumes the rest.
+(A cell still running in an old job makes its new task wait for the lease, then fail with CellBusy.)
+
+Preemption and time-outs: the submitted callable is `RunCell`, whose `checkpoint` returns a `DelayedSubmission` of
+itself with the same arguments. When submitit's signal arrives (USR2, sent `signal_delay_s` = 90 s before the time
+limit and, where the cluster is configured to send it, on preemption), submitit calls `checkpoint`, pickles the
+result and requeues the task; the re-run calls `run-cell` again, which resumes from the cell's checkpoints under
+`work/` (ES: every `checkpoint_every` updates; GRPO: the trainer's checkpoints). The signal unwinds the run with
+SystemExit, so the cell's Lease is released cleanly. A task killed without a signal (node failure) and re-run by
+Slurm or by a later `esbench run` resumes the same way once its lease expires (`run_cell_remote` waits for it). A
+task that times out more than submitit's `max_num_timeout` (3) times is reported failed.
+
+`jobs` (the local executor's concurrency) is accepted and ignored: Slurm decides how many tasks run at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.progress import Progress
+
+from esbench.executors.local import COLUMNS
+from esbench.executors.ray import run_cell_remote
+from esbench.spec import Cell
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIME_MIN = 1440
+POLL_S = {"slurm": 10.0}  # between status checks (the result files; sacct at most once a minute, by submitit)
+
+
+class RunCell:
+    """The submitted callable: run one cell folder. Checkpointable, so submitit requeues it on preemption/time-out."""
+
+    def __call__(self, cell_json: str, directory: str) -> None:
+        run_cell_remote(cell_json, directory)
+
+    def checkpoint(self, *args: Any, **kwargs: Any):
+        """Requeue the same call: `run-cell` resumes from the cell's own checkpoints, so nothing else is saved."""
+        from submitit.helpers import DelayedSubmission
+
+        return DelayedSubmission(self, *args, **kwargs)
+
+
+def _int_env(name: str) -> int | None:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not an integer") from None
+
+
+def cluster() -> str:
+    """ESBENCH_SUBMITIT_CLUSTER, or `slurm` when sbatch is on PATH."""
+    name = os.environ.get("ESBENCH_SUBMITIT_CLUSTER", "").strip()
+    if name:
+        return name
+    if shutil.which("sbatch") is None:
+        raise RuntimeError(
+            "--executor slurm: no `sbatch` on PATH (run from a Slurm login node, or set ESBENCH_SUBMITIT_CLUSTER=local "
+            "to run the jobs as local subprocesses)"
+        )
+    return "slurm"
+
+
+def parameters(cells: list[Cell]) -> dict[str, Any]:
+    """submitit AutoExecutor parameters from the ESBENCH_SLURM_* environment (module docstring) and the cells."""
+    backends = [c.spec.get("backend") or {} for c in cells]
+    gpus = _int_env("ESBENCH_SLURM_GPUS_PER_TASK")
+    cpus = _int_env("ESBENCH_SLURM_CPUS_PER_TASK")
+    params: dict[str, Any] = {
+        "name": "esbench",
+        "timeout_min": _int_env("ESBENCH_SLURM_TIME_MIN") or DEFAULT_TIME_MIN,
+        "tasks_per_node": 1,
+        "nodes": 1,
+        "gpus_per_node": gpus if gpus is not None else int(any(b.get("device") == "cuda" for b in backends)),
+        "cpus_per_task": cpus if cpus is not None else max(int(b.get("cpu_threads", 1)) for b in backends),
+    }
+    if (mem := _int_env("ESBENCH_SLURM_MEM_GB")) is not None:
+        params["mem_gb"] = mem
+    if partition := os.environ.get("ESBENCH_SLURM_PARTITION", "").strip():
+        params["slurm_partition"] = partition
+    if account := os.environ.get("ESBENCH_SLURM_ACCOUNT", "").strip():
+        params["slurm_account"] = account
+    return params
+
+
+def _describe(error: BaseException) -> tuple[str, str]:
+    """("Type: message", detail). submitit's FailedJobError carries the task's traceback as text; the lines after the
+    last traceback's frames are the cell's `module.Type: message`."""
+    detail = str(error)
+    lines = detail.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
+    if starts:
+        rest = lines[starts[-1] + 1 :]
+        head = next((i for i, line in enumerate(rest) if line and not line[0].isspace()), len(rest))
+        tail = rest[head:]
+        tail = tail[: next((i for i, line in enumerate(tail) if line.startswith("-" * 22)), len(tail))]
+        if tail:
+            kind, sep, message = tail[0].partition(": ")
+            text = "\n".join([message, *tail[1:]]).strip() if sep else ""
+            return f"{kind.rsplit('.', 1)[-1]}: {text}", detail
+    first = next((x for x in lines if x.strip()), "")
+    return f"{type(error).__name__}: {first}", detail
+
+
+def run_cells(cells: list[Cell], dir_of: Callable[[Cell], Path], console, jobs: int = 1) -> list[tuple[Cell, str]]:
+    import submitit
+
+    from esbench.records import CellDir, atomic_write_json
+
+    if not cells:
+        return []
+    name = cluster()
+    dirs = [CellDir(dir_of(c)) for c in cells]
+    for cell, cd in zip(cells, dirs, strict=True):
+        atomic_write_json(cd.cell_json, cell.to_json())
+    executor = submitit.AutoExecutor(folder=dirs[0].path.parent / ".submitit" / "%j", cluster=name)
+    executor.update_parameters(**parameters(cells))
+    jobs_ = executor.map_array(RunCell(), [str(cd.cell_json) for cd in dirs], [str(cd.path) for cd in dirs])
+    ids = sorted({str(j.job_id).split("_")[0] for j in jobs_})
+    logs = dirs[0].path.parent / ".submitit"
+    console.print(f"submitted {len(jobs_)} cells to {name} (job {', '.join(ids)}; submitit logs: {logs})")
+
+    failed: list[tuple[Cell, str]] = []
+    with Progress(*COLUMNS, console=console, transient=False) as progress:
+        overall = progress.add_task("cells", total=len(cells))
+        bars = [progress.add_task(f"  {c.name}: submitted", total=1) for c in cells]
+        pending = dict(enumerate(jobs_))
+        try:
+            while pending:
+                for i, job in list(pending.items()):
+                    if not job.done():
+                        continue
+                    del pending[i]
+                    cell, cd, bar = cells[i], dirs[i], bars[i]
+                    try:
+                        error = job.exception()
+                    except Exception as e:  # the task never produced a result (killed, cancelled)
+                        error = e
+                    if error is None:
+                        progress.update(bar, completed=1, description=f"  {cell.name}: done")
+                    else:
+                        summary, detail = _describe(error)
+                        log.error("cell %s (%s) failed (job %s):\n%s", cell.id, cell.name, job.job_id, detail)
+                        cd.error_log.write_text(detail)
+                        failed.append((cell, summary))
+                        progress.update(bar, description=f"  {cell.name}: [red]failed[/red]")
+                    progress.advance(overall)
+                if pending:
+                    time.sleep(POLL_S.get(name, 0.5))
+        except BaseException:
+            if name != "slurm":  # local subprocesses must not outlive the driver; Slurm jobs carry on
+                for job in pending.values():
+                    job.cancel(check=False)
+            raise
+    order = {c.id: i for i, c in enumerate(cells)}
+    return sorted(failed, key=lambda f: order[f[0].id])

@@ -1,0 +1,200 @@
+"""The Ray executor: cells run as Ray tasks on a private local instance produce the local executor's files bit for bit,
+a failing cell is reported like the local executor reports it, and a task whose worker dies mid-training is retried
+and resumes from the cell's checkpoints to the same record. Nothing of the Ray instance outlives the call."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+SUITE = """\
+name: ray
+models: {{tiny: {{path: "builtin:tiny"}}}}
+datasets: {{arith: {{task: tiny_arith, size: 16}}}}
+methods:
+  base: {{}}
+  es: {{method: es, population: 4, sigma: 0.01, alpha: 0.005, batch_size: 8, max_new_tokens: 30{es_extra}}}
+budgets: [{budget}]
+seeds: [0]
+eval:
+  tasks: [tiny_arith, tiny_reverse]
+  held_out: [tiny_reverse]
+  limit: 6
+  n: 4
+  k: [1, 4]
+  temperature: 1.0
+  max_new_tokens: 30
+"""
+
+
+@pytest.fixture
+def ray_env(monkeypatch):
+    """A private local Ray instance without token auth (else ray 2.60 writes ~/.ray/auth_token); records the temp
+    folders the executor makes so the test can check they are gone."""
+    import esbench.executors.ray as ray_executor
+
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    monkeypatch.delenv("ESBENCH_RAY_ADDRESS", raising=False)
+    made: list[str] = []
+    real = ray_executor._fresh_temp_dir
+
+    def fresh() -> str:
+        made.append(real())
+        return made[-1]
+
+    monkeypatch.setattr(ray_executor, "_fresh_temp_dir", fresh)
+    yield made
+    _assert_ray_gone(made)
+
+
+def _assert_ray_gone(temp_dirs: list[str]) -> None:
+    import ray
+
+    assert not ray.is_initialized()
+    for d in temp_dirs:
+        assert not Path(d).exists(), f"Ray temp dir {d} left behind"
+    deadline = time.monotonic() + 20
+    while True:  # raylet, GCS and workers of our instance name its temp dir on their command lines
+        alive = [pid for pid in _pids() if any(d in _cmdline(pid) for d in temp_dirs)]
+        if not alive or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert not alive, f"Ray processes outlived ray.shutdown(): {[_cmdline(p) for p in alive]}"
+
+
+def _pids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _cells(tmp_path: Path, budget: int = 2, es_extra: str = ""):
+    from esbench.spec import load_suite
+
+    path = tmp_path / "suite.yaml"
+    path.write_text(SUITE.format(budget=budget, es_extra=es_extra))
+    suite = load_suite(path)
+    return suite.name, suite.cells()
+
+
+def _run(executor: str, cells, out: Path, suite: str, **kw):
+    from esbench.executors import get_executor
+    from esbench.records import cell_dir
+
+    console = Console(file=io.StringIO(), width=120)
+    failed = get_executor(executor)(cells, lambda c: cell_dir(out, suite, c.id), console, jobs=1, **kw)
+    return failed, console.file.getvalue()
+
+
+def assert_same_cell(a: Path, b: Path, train: bool = False) -> None:
+    """Same final weights, same per-sample evidence files byte for byte (and the same training log)."""
+    ra, rb = (json.loads((d / "record.json").read_text()) for d in (a, b))
+    assert ra["provenance"]["final_weights_sha256"] == rb["provenance"]["final_weights_sha256"]
+    names = sorted(p.name for p in (a / "samples").glob("*.jsonl"))
+    assert names and names == sorted(p.name for p in (b / "samples").glob("*.jsonl"))
+    for name in names:
+        assert (a / "samples" / name).read_bytes() == (b / "samples" / name).read_bytes(), name
+    assert ra["samples_sha256"] == rb["samples_sha256"]
+    if train:
+        assert (a / "train.jsonl").read_bytes() == (b / "train.jsonl").read_bytes()
+
+
+def test_ray_cells_reproduce_the_local_executor(tmp_path, tiny_model_dir, ray_env):
+    from esbench.records import cell_dir
+
+    suite, cells = _cells(tmp_path)
+    assert sorted(c.labels["method"] for c in cells) == ["base", "es"]
+    assert _run("local", cells, tmp_path / "local", suite)[0] == []
+    failed, shown = _run("ray", cells, tmp_path / "ray", suite)
+    assert failed == []
+    assert len(ray_env) == 1  # one private instance for the whole call
+    for c in cells:
+        a, b = cell_dir(tmp_path / "local", suite, c.id), cell_dir(tmp_path / "ray", suite, c.id)
+        assert_same_cell(a, b, train=c.labels["method"] == "es")
+        assert json.loads((b / "cell.json").read_text()) == c.to_json()
+        assert (b / "esbench.log").exists() and not (b / "error.log").exists()
+        assert f"{c.name}: done" in shown
+    assert "cells" in shown and "2/2" in shown
+
+
+def test_ray_reports_failed_and_unschedulable_cells(tmp_path, tiny_model_dir, ray_env):
+    from esbench.records import cell_dir
+    from esbench.spec import Cell
+
+    suite, cells = _cells(tmp_path)
+    (base,) = [c for c in cells if c.labels["method"] == "base"]
+    broken = Cell({**base.spec, "model": {**base.spec["model"], "path": str(tmp_path / "no-such-model")}}, base.labels)
+    greedy = Cell({**base.spec, "backend": {**base.spec["backend"], "cpu_threads": 4096}}, base.labels)
+    failed, shown = _run("ray", [broken, greedy], tmp_path / "ray", suite)
+    assert [c.id for c, _ in failed] == [broken.id, greedy.id]
+    (_, err_broken), (_, err_greedy) = failed
+    kind, _, message = err_broken.partition(": ")
+    assert kind.isidentifier() and "no-such-model" in message
+    log = (cell_dir(tmp_path / "ray", suite, broken.id) / "error.log").read_text()
+    assert "Traceback" in log and "no-such-model" in log  # the worker's traceback
+    assert err_greedy.startswith("RuntimeError: ") and "4096" in err_greedy and "never start" in err_greedy
+    assert (cell_dir(tmp_path / "ray", suite, greedy.id) / "error.log").exists()
+    assert not (cell_dir(tmp_path / "ray", suite, greedy.id) / "record.json").exists()
+    assert "failed" in shown
+
+
+def test_resources_follow_the_cell_backend():
+    from esbench.executors.ray import resources
+
+    spec = {"backend": {"device": "cpu", "cpu_threads": 3}}
+    assert resources(spec, cluster_gpus=8) == {"num_cpus": 3, "num_gpus": 0}
+    assert resources({"backend": {"device": "cuda", "cpu_threads": 3}}, 0) == {"num_cpus": 1, "num_gpus": 1}
+    assert resources({"backend": {"device": "auto", "cpu_threads": 2}}, 0) == {"num_cpus": 2, "num_gpus": 0}
+    assert resources({"backend": {"device": "auto", "cpu_threads": 2}}, 1) == {"num_cpus": 1, "num_gpus": 1}
+
+
+def test_a_killed_ray_worker_is_retried_and_resumes_from_the_checkpoint(tmp_path, tiny_model_dir, ray_env):
+    """SIGKILL the worker running an ES cell after its first checkpoint: Ray retries the task on a fresh worker, the
+    dead worker's lease is stale (its pid is gone), and the retry resumes from work/ to the uninterrupted record."""
+    from esbench.records import CellDir, cell_dir
+
+    suite, cells = _cells(tmp_path, budget=4, es_extra=", checkpoint_every: 1")
+    (es,) = [c for c in cells if c.labels["method"] == "es"]
+    assert _run("local", [es], tmp_path / "local", suite)[0] == []
+
+    cd = CellDir(cell_dir(tmp_path / "ray", suite, es.id))
+    killed: dict = {}
+    killer = threading.Thread(target=_kill_after_first_checkpoint, args=(cd, signal.SIGKILL, killed), daemon=True)
+    killer.start()
+    failed, _ = _run("ray", [es], tmp_path / "ray", suite)
+    killer.join(timeout=5)
+    assert failed == []
+    assert killed.get("step", 0) >= 1 and not killed["record_existed"], killed
+    assert_same_cell(cell_dir(tmp_path / "local", suite, es.id), cd.path, train=True)
+    assert not cd.work.exists() and not cd.lease.exists()
+    runs = [ln for ln in cd.log.read_text().splitlines() if f"cell {cd.path.name}: " in ln]
+    assert len(runs) == 2 and "starting" in runs[0] and "resuming from work/" in runs[1], runs
+
+
+def _kill_after_first_checkpoint(cd, sig: int, into: dict, timeout: float = 240) -> None:
+    """Wait for the ES checkpoint under work/, then signal the process that holds the cell's lease."""
+    state = cd.work / "es" / "state.json"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            step = json.loads(state.read_text())["step"]
+            pid = json.loads(cd.lease.read_text())["pid"]
+        except (OSError, ValueError, KeyError):
+            time.sleep(0.05)
+            continue
+        into.update(step=step, pid=pid, record_existed=cd.record.exists())
+        os.kill(pid, sig)
+        return
