@@ -25,3 +25,29 @@ def only_record(out: Path) -> tuple[dict, Path]:
     """The single record under `out` and its cell folder."""
     (path,) = out.glob("*/*/record.json")
     return json.loads(path.read_text()), path.parent
+
+
+# A small suite on the tiny model: base and a 4-member ES for `budget` updates, 6 problems of two tasks, 4 samples.
+# Cells run in seconds; tests of the seam and of the executors compare such runs file by file.
+SMALL_SUITE = """\
+name: {name}
+models: {{tiny: {{path: "builtin:tiny"}}}}
+datasets: {{arith: {{task: tiny_arith, size: 16}}}}
+methods:
+  base: {{}}
+  es: {{method: es, population: 4, sigma: 0.01, alpha: 0.005, batch_size: 8, max_new_tokens: 30{es_extra}}}
+budgets: [{budget}]
+seeds: [0]
+eval:
+  tasks: [tiny_arith, tiny_reverse]
+  held_out: [tiny_reverse]
+  limit: 6
+  n: 4
+  k: [1, 4]
+  temperature: 1.0
+  max_new_tokens: 30
+{eval_extra}"""
+
+
+def small_suite(name: str, budget: int = 2, es_extra: str = "", eval_extra: str = "") -> str:
+    return SMALL_SUITE.format(name=name, budget=budget, es_extra=es_extra, eval_extra=eval_extra)

@@ -11,25 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-SUITE = """\
-name: seam
-models: {{tiny: {{path: "builtin:tiny"}}}}
-datasets: {{arith: {{task: tiny_arith, size: 16}}}}
-methods:
-  base: {{}}
-  es: {{method: es, population: 4, sigma: 0.01, alpha: 0.005, batch_size: 8, max_new_tokens: 30}}
-budgets: [2]
-seeds: [0]
-eval:
-  tasks: [tiny_arith, tiny_reverse]
-  held_out: [tiny_reverse]
-  limit: 6
-  n: 4
-  k: [1, 4]
-  temperature: 1.0
-  max_new_tokens: 30
-{extra}"""
+from run_helpers import small_suite
 
 ANALYSES = """\
   probe: {prompts: 3, samples: 2, every: 1}
@@ -71,7 +53,7 @@ def test_every_generation_of_a_trained_cell_goes_through_its_backend(tmp_path, t
     from esbench.spec import load_suite
 
     suite_file = tmp_path / "seam.yaml"
-    suite_file.write_text(SUITE.format(extra=ANALYSES))
+    suite_file.write_text(small_suite("seam", eval_extra=ANALYSES))
     (cell,) = [c for c in load_suite(suite_file).cells() if c.labels["method"] == "es"]
 
     proxies: list[CountingBackend] = []
@@ -110,7 +92,7 @@ def _esbench(*args: str) -> subprocess.CompletedProcess:
 
 def test_run_cell_reproduces_a_finished_cell_exactly(tmp_path, tiny_model_dir):
     suite_file = tmp_path / "seam.yaml"
-    suite_file.write_text(SUITE.format(extra=""))
+    suite_file.write_text(small_suite("seam"))
     proc = _esbench("run", str(suite_file), "--out", str(tmp_path / "runs"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     cells = sorted((tmp_path / "runs" / "seam").glob("*/record.json"))
@@ -134,7 +116,7 @@ def test_run_cell_refuses_a_tampered_or_malformed_cell_json(tmp_path):
     from esbench.spec import load_suite
 
     suite_file = tmp_path / "seam.yaml"
-    suite_file.write_text(SUITE.format(extra=""))
+    suite_file.write_text(small_suite("seam"))
     cell = load_suite(suite_file).cells()[0]
     tampered = cell.to_json()
     tampered["spec"] = {**tampered["spec"], "seed": 5}  # the id no longer matches

@@ -4,7 +4,6 @@ and resumes from the cell's checkpoints to the same record. Nothing of the Ray i
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import signal
@@ -13,26 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from rich.console import Console
-
-SUITE = """\
-name: ray
-models: {{tiny: {{path: "builtin:tiny"}}}}
-datasets: {{arith: {{task: tiny_arith, size: 16}}}}
-methods:
-  base: {{}}
-  es: {{method: es, population: 4, sigma: 0.01, alpha: 0.005, batch_size: 8, max_new_tokens: 30{es_extra}}}
-budgets: [{budget}]
-seeds: [0]
-eval:
-  tasks: [tiny_arith, tiny_reverse]
-  held_out: [tiny_reverse]
-  limit: 6
-  n: 4
-  k: [1, 4]
-  temperature: 1.0
-  max_new_tokens: 30
-"""
+from executor_helpers import assert_same_cell, run_with, signal_after_first_checkpoint, suite_cells
 
 
 @pytest.fixture
@@ -81,44 +61,13 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def _cells(tmp_path: Path, budget: int = 2, es_extra: str = ""):
-    from esbench.spec import load_suite
-
-    path = tmp_path / "suite.yaml"
-    path.write_text(SUITE.format(budget=budget, es_extra=es_extra))
-    suite = load_suite(path)
-    return suite.name, suite.cells()
-
-
-def _run(executor: str, cells, out: Path, suite: str, **kw):
-    from esbench.executors import get_executor
-    from esbench.records import cell_dir
-
-    console = Console(file=io.StringIO(), width=120)
-    failed = get_executor(executor)(cells, lambda c: cell_dir(out, suite, c.id), console, jobs=1, **kw)
-    return failed, console.file.getvalue()
-
-
-def assert_same_cell(a: Path, b: Path, train: bool = False) -> None:
-    """Same final weights, same per-sample evidence files byte for byte (and the same training log)."""
-    ra, rb = (json.loads((d / "record.json").read_text()) for d in (a, b))
-    assert ra["provenance"]["final_weights_sha256"] == rb["provenance"]["final_weights_sha256"]
-    names = sorted(p.name for p in (a / "samples").glob("*.jsonl"))
-    assert names and names == sorted(p.name for p in (b / "samples").glob("*.jsonl"))
-    for name in names:
-        assert (a / "samples" / name).read_bytes() == (b / "samples" / name).read_bytes(), name
-    assert ra["samples_sha256"] == rb["samples_sha256"]
-    if train:
-        assert (a / "train.jsonl").read_bytes() == (b / "train.jsonl").read_bytes()
-
-
 def test_ray_cells_reproduce_the_local_executor(tmp_path, tiny_model_dir, ray_env):
     from esbench.records import cell_dir
 
-    suite, cells = _cells(tmp_path)
+    suite, cells = suite_cells(tmp_path)
     assert sorted(c.labels["method"] for c in cells) == ["base", "es"]
-    assert _run("local", cells, tmp_path / "local", suite)[0] == []
-    failed, shown = _run("ray", cells, tmp_path / "ray", suite)
+    assert run_with("local", cells, tmp_path / "local", suite)[0] == []
+    failed, shown = run_with("ray", cells, tmp_path / "ray", suite)
     assert failed == []
     assert len(ray_env) == 1  # one private instance for the whole call
     for c in cells:
@@ -134,11 +83,11 @@ def test_ray_reports_failed_and_unschedulable_cells(tmp_path, tiny_model_dir, ra
     from esbench.records import cell_dir
     from esbench.spec import Cell
 
-    suite, cells = _cells(tmp_path)
+    suite, cells = suite_cells(tmp_path)
     (base,) = [c for c in cells if c.labels["method"] == "base"]
     broken = Cell({**base.spec, "model": {**base.spec["model"], "path": str(tmp_path / "no-such-model")}}, base.labels)
     greedy = Cell({**base.spec, "backend": {**base.spec["backend"], "cpu_threads": 4096}}, base.labels)
-    failed, shown = _run("ray", [broken, greedy], tmp_path / "ray", suite)
+    failed, shown = run_with("ray", [broken, greedy], tmp_path / "ray", suite)
     assert [c.id for c, _ in failed] == [broken.id, greedy.id]
     (_, err_broken), (_, err_greedy) = failed
     kind, _, message = err_broken.partition(": ")
@@ -166,15 +115,15 @@ def test_a_killed_ray_worker_is_retried_and_resumes_from_the_checkpoint(tmp_path
     dead worker's lease is stale (its pid is gone), and the retry resumes from work/ to the uninterrupted record."""
     from esbench.records import CellDir, cell_dir
 
-    suite, cells = _cells(tmp_path, budget=4, es_extra=", checkpoint_every: 1")
+    suite, cells = suite_cells(tmp_path, budget=4, es_extra=", checkpoint_every: 1")
     (es,) = [c for c in cells if c.labels["method"] == "es"]
-    assert _run("local", [es], tmp_path / "local", suite)[0] == []
+    assert run_with("local", [es], tmp_path / "local", suite)[0] == []
 
     cd = CellDir(cell_dir(tmp_path / "ray", suite, es.id))
     killed: dict = {}
-    killer = threading.Thread(target=_kill_after_first_checkpoint, args=(cd, signal.SIGKILL, killed), daemon=True)
+    killer = threading.Thread(target=signal_after_first_checkpoint, args=(cd, signal.SIGKILL, killed), daemon=True)
     killer.start()
-    failed, _ = _run("ray", [es], tmp_path / "ray", suite)
+    failed, _ = run_with("ray", [es], tmp_path / "ray", suite)
     killer.join(timeout=5)
     assert failed == []
     assert killed.get("step", 0) >= 1 and not killed["record_existed"], killed
@@ -182,19 +131,3 @@ def test_a_killed_ray_worker_is_retried_and_resumes_from_the_checkpoint(tmp_path
     assert not cd.work.exists() and not cd.lease.exists()
     runs = [ln for ln in cd.log.read_text().splitlines() if f"cell {cd.path.name}: " in ln]
     assert len(runs) == 2 and "starting" in runs[0] and "resuming from work/" in runs[1], runs
-
-
-def _kill_after_first_checkpoint(cd, sig: int, into: dict, timeout: float = 240) -> None:
-    """Wait for the ES checkpoint under work/, then signal the process that holds the cell's lease."""
-    state = cd.work / "es" / "state.json"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            step = json.loads(state.read_text())["step"]
-            pid = json.loads(cd.lease.read_text())["pid"]
-        except (OSError, ValueError, KeyError):
-            time.sleep(0.05)
-            continue
-        into.update(step=step, pid=pid, record_existed=cd.record.exists())
-        os.kill(pid, sig)
-        return

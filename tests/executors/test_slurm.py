@@ -4,35 +4,11 @@ USR2 to the task process, as Slurm sends it) is checkpointed, requeued, and resu
 
 from __future__ import annotations
 
-import io
-import json
-import os
 import signal
 import threading
-import time
-from pathlib import Path
 
 import pytest
-from rich.console import Console
-
-SUITE = """\
-name: slurm
-models: {{tiny: {{path: "builtin:tiny"}}}}
-datasets: {{arith: {{task: tiny_arith, size: 16}}}}
-methods:
-  base: {{}}
-  es: {{method: es, population: 4, sigma: 0.01, alpha: 0.005, batch_size: 8, max_new_tokens: 30{es_extra}}}
-budgets: [{budget}]
-seeds: [0]
-eval:
-  tasks: [tiny_arith, tiny_reverse]
-  held_out: [tiny_reverse]
-  limit: 6
-  n: 4
-  k: [1, 4]
-  temperature: 1.0
-  max_new_tokens: 30
-"""
+from executor_helpers import assert_same_cell, run_with, signal_after_first_checkpoint, suite_cells
 
 SETTINGS = (
     "ESBENCH_SLURM_PARTITION",
@@ -51,42 +27,13 @@ def local_submitit(monkeypatch):
         monkeypatch.delenv(name, raising=False)
 
 
-def _cells(tmp_path: Path, budget: int = 2, es_extra: str = ""):
-    from esbench.spec import load_suite
-
-    path = tmp_path / "suite.yaml"
-    path.write_text(SUITE.format(budget=budget, es_extra=es_extra))
-    suite = load_suite(path)
-    return suite.name, suite.cells()
-
-
-def _run(executor: str, cells, out: Path, suite: str):
-    from esbench.executors import get_executor
-    from esbench.records import cell_dir
-
-    console = Console(file=io.StringIO(), width=120)
-    failed = get_executor(executor)(cells, lambda c: cell_dir(out, suite, c.id), console, jobs=1)
-    return failed, console.file.getvalue()
-
-
-def assert_same_cell(a: Path, b: Path, train: bool = False) -> None:
-    ra, rb = (json.loads((d / "record.json").read_text()) for d in (a, b))
-    assert ra["provenance"]["final_weights_sha256"] == rb["provenance"]["final_weights_sha256"]
-    names = sorted(p.name for p in (a / "samples").glob("*.jsonl"))
-    assert names and names == sorted(p.name for p in (b / "samples").glob("*.jsonl"))
-    for name in names:
-        assert (a / "samples" / name).read_bytes() == (b / "samples" / name).read_bytes(), name
-    if train:
-        assert (a / "train.jsonl").read_bytes() == (b / "train.jsonl").read_bytes()
-
-
 def test_submitit_cell_reproduces_the_local_executor(tmp_path, tiny_model_dir, local_submitit):
     from esbench.records import cell_dir
 
-    suite, cells = _cells(tmp_path)
+    suite, cells = suite_cells(tmp_path)
     (base,) = [c for c in cells if c.labels["method"] == "base"]
-    assert _run("local", [base], tmp_path / "local", suite)[0] == []
-    failed, shown = _run("slurm", [base], tmp_path / "slurm", suite)
+    assert run_with("local", [base], tmp_path / "local", suite)[0] == []
+    failed, shown = run_with("slurm", [base], tmp_path / "slurm", suite)
     assert failed == []
     assert "submitted 1 cells to local" in shown and f"{base.name}: done" in shown
     assert_same_cell(cell_dir(tmp_path / "local", suite, base.id), cell_dir(tmp_path / "slurm", suite, base.id))
@@ -99,15 +46,15 @@ def test_a_preempted_task_is_requeued_and_resumes_from_the_checkpoint(tmp_path, 
     (LocalExecutor: exit 144, the controller restarts the task), and the re-run resumes from work/."""
     from esbench.records import CellDir, cell_dir
 
-    suite, cells = _cells(tmp_path, budget=4, es_extra=", checkpoint_every: 1")
+    suite, cells = suite_cells(tmp_path, budget=4, es_extra=", checkpoint_every: 1")
     (es,) = [c for c in cells if c.labels["method"] == "es"]
-    assert _run("local", [es], tmp_path / "local", suite)[0] == []
+    assert run_with("local", [es], tmp_path / "local", suite)[0] == []
 
     cd = CellDir(cell_dir(tmp_path / "slurm", suite, es.id))
     sent: dict = {}
-    preempt = threading.Thread(target=_signal_after_first_checkpoint, args=(cd, signal.SIGUSR2, sent), daemon=True)
+    preempt = threading.Thread(target=signal_after_first_checkpoint, args=(cd, signal.SIGUSR2, sent), daemon=True)
     preempt.start()
-    failed, _ = _run("slurm", [es], tmp_path / "slurm", suite)
+    failed, _ = run_with("slurm", [es], tmp_path / "slurm", suite)
     preempt.join(timeout=5)
     assert failed == []
     assert sent.get("step", 0) >= 1 and not sent["record_existed"], sent
@@ -120,22 +67,6 @@ def test_a_preempted_task_is_requeued_and_resumes_from_the_checkpoint(tmp_path, 
     assert len(runs) == 2 and "starting" in runs[0] and "resuming from work/" in runs[1], runs
     assert_same_cell(cell_dir(tmp_path / "local", suite, es.id), cd.path, train=True)
     assert not cd.work.exists() and not cd.lease.exists()
-
-
-def _signal_after_first_checkpoint(cd, sig: int, into: dict, timeout: float = 240) -> None:
-    """Wait for the ES checkpoint under work/, then signal the process that holds the cell's lease (the task)."""
-    state = cd.work / "es" / "state.json"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            step = json.loads(state.read_text())["step"]
-            pid = json.loads(cd.lease.read_text())["pid"]
-        except (OSError, ValueError, KeyError):
-            time.sleep(0.05)
-            continue
-        into.update(step=step, pid=pid, record_existed=cd.record.exists())
-        os.kill(pid, sig)
-        return
 
 
 def test_checkpoint_requeues_the_same_call():
@@ -153,10 +84,10 @@ def test_failed_task_is_reported_with_its_traceback(tmp_path, tiny_model_dir, lo
     from esbench.records import cell_dir
     from esbench.spec import Cell
 
-    suite, cells = _cells(tmp_path)
+    suite, cells = suite_cells(tmp_path)
     (base,) = [c for c in cells if c.labels["method"] == "base"]
     broken = Cell({**base.spec, "model": {**base.spec["model"], "path": str(tmp_path / "no-such-model")}}, base.labels)
-    failed, shown = _run("slurm", [broken], tmp_path / "slurm", suite)
+    failed, shown = run_with("slurm", [broken], tmp_path / "slurm", suite)
     assert [c.id for c, _ in failed] == [broken.id]
     assert failed[0][1].startswith("ValidationError: ") and "no-such-model" in failed[0][1]
     log = (cell_dir(tmp_path / "slurm", suite, broken.id) / "error.log").read_text()
@@ -167,7 +98,7 @@ def test_failed_task_is_reported_with_its_traceback(tmp_path, tiny_model_dir, lo
 def test_sbatch_parameters_come_from_the_environment(tmp_path, monkeypatch):
     from esbench.executors.slurm import cluster, parameters
 
-    _, cells = _cells(tmp_path)
+    _, cells = suite_cells(tmp_path)
     for name in SETTINGS:
         monkeypatch.delenv(name, raising=False)
     assert parameters(cells) == {

@@ -1,0 +1,60 @@
+"""Shared by the executor tests: the small suite's cells, running them through an executor, comparing two runs'
+cell folders, and signalling a cell's runner once its first ES checkpoint exists."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import time
+from pathlib import Path
+
+from rich.console import Console
+from run_helpers import small_suite
+
+
+def suite_cells(tmp_path: Path, budget: int = 2, es_extra: str = ""):
+    from esbench.spec import load_suite
+
+    path = tmp_path / "suite.yaml"
+    path.write_text(small_suite("executors", budget=budget, es_extra=es_extra))
+    suite = load_suite(path)
+    return suite.name, suite.cells()
+
+
+def run_with(executor: str, cells, out: Path, suite: str, **kw):
+    from esbench.executors import get_executor
+    from esbench.records import cell_dir
+
+    console = Console(file=io.StringIO(), width=120)
+    failed = get_executor(executor)(cells, lambda c: cell_dir(out, suite, c.id), console, jobs=1, **kw)
+    return failed, console.file.getvalue()
+
+
+def assert_same_cell(a: Path, b: Path, train: bool = False) -> None:
+    """Same final weights, same per-sample evidence files byte for byte (and the same training log)."""
+    ra, rb = (json.loads((d / "record.json").read_text()) for d in (a, b))
+    assert ra["provenance"]["final_weights_sha256"] == rb["provenance"]["final_weights_sha256"]
+    names = sorted(p.name for p in (a / "samples").glob("*.jsonl"))
+    assert names and names == sorted(p.name for p in (b / "samples").glob("*.jsonl"))
+    for name in names:
+        assert (a / "samples" / name).read_bytes() == (b / "samples" / name).read_bytes(), name
+    assert ra["samples_sha256"] == rb["samples_sha256"]
+    if train:
+        assert (a / "train.jsonl").read_bytes() == (b / "train.jsonl").read_bytes()
+
+
+def signal_after_first_checkpoint(cd, sig: int, into: dict, timeout: float = 240) -> None:
+    """Wait for the ES checkpoint under work/, then signal the process that holds the cell's lease."""
+    state = cd.work / "es" / "state.json"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            step = json.loads(state.read_text())["step"]
+            pid = json.loads(cd.lease.read_text())["pid"]
+        except (OSError, ValueError, KeyError):
+            time.sleep(0.05)
+            continue
+        into.update(step=step, pid=pid, record_existed=cd.record.exists())
+        os.kill(pid, sig)
+        return
