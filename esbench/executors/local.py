@@ -46,13 +46,14 @@ def run_cells(cells: list[Cell], dir_of: Callable[[Cell], Path], console, jobs: 
 
         def run_one(cell: Cell) -> None:
             cd = CellDir(dir_of(cell))
-            total = stage_count(cell)
-            stages = progress.add_task(f"  {cell.name}", total=total)
+            stages = progress.add_task(f"  {cell.name}", total=None)
 
             def on_stage(name: str) -> None:
                 progress.update(stages, description=f"  {cell.name}: {name}", advance=1)
 
             try:
+                total = stage_count(cell)  # inside the try: an invalid spec fails its cell, not the run
+                progress.update(stages, total=total)
                 atomic_write_json(cd.cell_json, cell.to_json())
                 (_in_process if jobs == 1 else _in_subprocess)(cd, on_stage, jobs)
                 progress.update(stages, completed=total, description=f"  {cell.name}: done")
