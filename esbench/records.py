@@ -137,13 +137,13 @@ class Lease:
 
     def __init__(self, path: Path, ttl: float = 120.0):
         self.path, self.ttl = Path(path), ttl
-        self.token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+        self.host, self.pid = socket.gethostname(), os.getpid()
+        self.token = f"{self.host}:{self.pid}:{uuid.uuid4().hex}"
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def _body(self) -> str:
-        host, pid, _ = self.token.split(":")
-        return json.dumps({"token": self.token, "host": host, "pid": int(pid), "expires": time.time() + self.ttl})
+        return json.dumps({"token": self.token, "host": self.host, "pid": self.pid, "expires": time.time() + self.ttl})
 
     def _stale(self) -> bool:
         try:

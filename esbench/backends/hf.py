@@ -30,9 +30,10 @@ def stop_ids(model, tokenizer) -> list[int]:
 
 
 def cut_at_stop(text: str, stop: Sequence[str]) -> str:
-    """The text before the first occurrence of any stop string (lm-eval's `until` semantics)."""
-    cut = min((i for s in stop if s and (i := text.find(s)) >= 0), default=len(text))
-    return text[:cut]
+    """The text before the first occurrence of any stop string: lm-eval's own `until` post-processing."""
+    from lm_eval.models.utils import postprocess_generated_text
+
+    return postprocess_generated_text(text, list(stop), None)
 
 
 class HFBackend:

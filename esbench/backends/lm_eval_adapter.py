@@ -6,7 +6,8 @@ implements `generate_until` (the only request type esbench's tasks use) on `Back
 
 With `repeats: n` lm-eval sends n identical requests per document. The adapter groups them and asks the backend
 for n samples of one prompt (`num_return_sequences` in HF, `SamplingParams.n` in vLLM), so the prompt is encoded
-once. It keeps lm-eval's own stop-sequence handling (`until` plus the EOS text) and post-processing.
+once. It keeps lm-eval's own stop-sequence handling (`until` plus the EOS text); the backend cuts each text with
+lm-eval's post-processing.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections import Counter
 from typing import Any
 
 from lm_eval.api.model import LM
-from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, postprocess_generated_text
+from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
 
 DEFAULT_MAX_GEN_TOKS = 256
 
@@ -71,7 +72,7 @@ class BackendLM(LM):
                 stop=until,
             )
             for ctx, g in zip(contexts, gens, strict=True):
-                answers[(ctx, kw_json)] = [postprocess_generated_text(x.text, until, None) for x in g]
+                answers[(ctx, kw_json)] = [x.text for x in g]  # already cut at `until` by the backend
         cursor: Counter = Counter()
         out = []
         for key in keys:

@@ -16,7 +16,7 @@ cell tasks are the only things that hold CPUs: the driver only waits on them.
 Retries: `max_retries` (default 2) re-runs a task whose worker or node died (OOM kill, preemption of a spot node).
 The re-run resumes from the cell's checkpoints under `work/`: `run-cell` resumes by itself, and the cell's Lease
 (`.lease`) is stale once its holder's pid is gone on this host or it stopped being renewed (ttl 120 s). A retry that
-lands on another node while the lease has not yet expired waits for it (`run_cell_remote`, up to `LEASE_WAIT_S`).
+lands on another node while the lease has not yet expired waits for it (`executors.remote`, up to `LEASE_WAIT_S`).
 Exceptions raised by the cell itself are not retried (they would fail again): the cell is reported failed with
 "Type: message" and the remote traceback goes to its `error.log`.
 
@@ -32,7 +32,6 @@ import logging
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -40,54 +39,13 @@ from typing import Any
 from rich.progress import Progress
 
 from esbench.executors.local import COLUMNS
+from esbench.executors.remote import run_cell_remote
 from esbench.spec import Cell
 
 log = logging.getLogger(__name__)
 
 MAX_RETRIES = 2
-LEASE_WAIT_S = 150.0  # the Lease's ttl (120 s) plus a margin: a dead holder on another node has expired by then
 TEMP_PREFIX = "esbench-ray-"
-
-
-def run_cell_remote(cell_json: str | Path, directory: str | Path, wait_s: float = LEASE_WAIT_S) -> None:
-    """Run one cell in a remote worker (Ray task, Slurm job): `run_cell_file` with the cell's `esbench.log`.
-
-    A `CellBusy` lease is waited on for up to `wait_s`: after a crash or preemption on another node, the dead
-    holder's lease expires within its ttl and the retry takes over. A live runner keeps renewing it, so a cell run
-    twice at once still fails (after `wait_s`) instead of interleaving writes.
-    """
-    from esbench.records import CellBusy, CellDir
-    from esbench.runner import run_cell_file
-
-    os.environ.setdefault("TQDM_DISABLE", "1")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    cd = CellDir(Path(directory))
-    cd.path.mkdir(parents=True, exist_ok=True)
-    resuming = cd.work.is_dir() and any(cd.work.iterdir())
-    root = logging.getLogger()
-    handler = logging.FileHandler(cd.log)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    level = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
-    note = f"cell {cd.path.name}: {'resuming from work/' if resuming else 'starting'} (pid {os.getpid()})"
-    print(f"esbench: {note}", flush=True)  # the job's stdout (submitit log, Ray worker log)
-    log.info(note)
-    deadline = time.monotonic() + wait_s
-    try:
-        while True:
-            try:
-                run_cell_file(Path(cell_json), cd.path)
-                return
-            except CellBusy:
-                if time.monotonic() >= deadline:
-                    raise
-                log.warning("%s: lease held; waiting for it to be released or to expire", cd.path)
-                time.sleep(5.0)
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(level)
-        handler.close()
 
 
 def _task(cell_json: str, directory: str) -> None:

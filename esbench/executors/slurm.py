@@ -58,7 +58,7 @@ from typing import Any
 from rich.progress import Progress
 
 from esbench.executors.local import COLUMNS
-from esbench.executors.ray import run_cell_remote
+from esbench.executors.remote import run_cell_remote
 from esbench.spec import Cell
 
 log = logging.getLogger(__name__)

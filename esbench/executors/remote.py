@@ -1,0 +1,57 @@
+"""Running one cell inside a remote worker (a Ray task, a Slurm array task): shared by the ray and slurm executors.
+
+The worker calls `run_cell_file`, like `esbench run-cell`, with the cell's library logs in its `esbench.log`. A
+retry that lands while a dead holder's lease has not yet expired waits for it, up to `LEASE_WAIT_S`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+LEASE_WAIT_S = 150.0  # the Lease's ttl (120 s) plus a margin: a dead holder on another node has expired by then
+
+
+def run_cell_remote(cell_json: str | Path, directory: str | Path, wait_s: float = LEASE_WAIT_S) -> None:
+    """Run one cell in a remote worker (Ray task, Slurm job): `run_cell_file` with the cell's `esbench.log`.
+
+    A `CellBusy` lease is waited on for up to `wait_s`: after a crash or preemption on another node, the dead
+    holder's lease expires within its ttl and the retry takes over. A live runner keeps renewing it, so a cell run
+    twice at once still fails (after `wait_s`) instead of interleaving writes.
+    """
+    from esbench.records import CellBusy, CellDir
+    from esbench.runner import run_cell_file
+
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    cd = CellDir(Path(directory))
+    cd.path.mkdir(parents=True, exist_ok=True)
+    resuming = cd.work.is_dir() and any(cd.work.iterdir())
+    root = logging.getLogger()
+    handler = logging.FileHandler(cd.log)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    note = f"cell {cd.path.name}: {'resuming from work/' if resuming else 'starting'} (pid {os.getpid()})"
+    print(f"esbench: {note}", flush=True)  # the job's stdout (submitit log, Ray worker log)
+    log.info(note)
+    deadline = time.monotonic() + wait_s
+    try:
+        while True:
+            try:
+                run_cell_file(Path(cell_json), cd.path)
+                return
+            except CellBusy:
+                if time.monotonic() >= deadline:
+                    raise
+                log.warning("%s: lease held; waiting for it to be released or to expire", cd.path)
+                time.sleep(5.0)
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+        handler.close()
