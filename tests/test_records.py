@@ -11,7 +11,7 @@ import time
 import pytest
 from pydantic import ValidationError
 
-from esbench.records import CellBusy, CellDir, Lease, write_record
+from esbench.records import RELEASE, CellBusy, CellDir, Lease, write_record
 
 
 def test_a_live_lease_refuses_a_second_runner_and_is_removed_on_release(tmp_path):
@@ -63,7 +63,7 @@ def test_the_lease_is_renewed_while_held(tmp_path):
 def test_a_malformed_record_is_never_written(tmp_path):
     good = {
         "schema": "esbench.record/1",
-        "release": "v1.2",
+        "release": RELEASE,
         "cell": {},
         "metrics": {"t": {"problems": 1, "n": 2, "per_problem": [[2, 1]], "format_rate": 1.0, "pass@1": 0.5}},
         "samples_sha256": {},

@@ -43,7 +43,7 @@ SAMPLER_SETTINGS: dict[str, Any] = {
     "generation_config_json": "ignored",
 }
 
-KINDS: dict[str, str] = {"hf": "esbench.backends.hf:HFBackend"}
+KINDS: dict[str, str] = {"hf": "esbench.backends.hf:HFBackend", "vllm": "esbench.backends.vllm:VLLMBackend"}
 DevicePolicy = Literal["auto", "cpu", "cuda"]
 
 

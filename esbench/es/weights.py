@@ -146,6 +146,16 @@ class WeightEditor:
             total += diff.numel()
         return {"update_norm": sq**0.5, "changed_fraction": changed / max(total, 1)}
 
+    @torch.no_grad()
+    def rms_diff(self, before: Mapping[str, torch.Tensor]) -> float:
+        """RMS over all coordinates of (compute weights − `before`): what bf16 subtract-restores leave behind."""
+        sq, n = 0.0, 0
+        for name, p in self.params.items():
+            d = p.detach().to(torch.float32) - before[name].to(device=p.device, dtype=torch.float32)
+            sq += float(d.pow(2).sum())
+            n += d.numel()
+        return (sq / max(n, 1)) ** 0.5
+
     def ideal_state(self) -> dict[str, torch.Tensor]:
         """fp32 weights the update rule intended: the master (exact mode) or the shadow (paper-bf16)."""
         return {n: t.clone() for n, t in (self.master if self.master is not None else self.shadow).items()}

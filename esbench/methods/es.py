@@ -148,7 +148,7 @@ def save_checkpoint(path: Path, editor: WeightEditor, step: int, sampler: EpochS
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     save_file(editor.master_state(), str(tmp / "master.safetensors"))
-    if editor.shadow is not None:
+    if editor.precision == "paper-bf16":
         save_file(editor.ideal_state(), str(tmp / "shadow.safetensors"))
     atomic_write_json(tmp / "state.json", {"step": step, "sampler": sampler.state(), "counters": counters})
     old = path.with_name(path.name + ".old")
@@ -164,7 +164,7 @@ def load_checkpoint(path: Path, editor: WeightEditor) -> dict | None:
     for candidate in (path, path.with_name(path.name + ".old")):  # .old survives a kill between the renames
         if (candidate / "state.json").exists():
             editor.load_master_state(load_file(str(candidate / "master.safetensors")))
-            if editor.shadow is not None:
+            if editor.precision == "paper-bf16":
                 editor.load_ideal_state(load_file(str(candidate / "shadow.safetensors")))
             return json.loads((candidate / "state.json").read_text())
     return None
@@ -225,7 +225,7 @@ class ES(Method):
                 "reward_max_member": float(rewards.mean(axis=1).max()),
             }
             if before is not None:  # what the bf16 subtract-restores left behind, before this update
-                row["restore_residual_rms"] = _rms_diff(editor, before)
+                row["restore_residual_rms"] = editor.rms_diff(before)
             seeds, coeffs = tell(cfg, members, rewards)
             row.update(editor.update(seeds, coeffs, cfg.weight_decay, anchor))
             ctx.log(row)
@@ -235,12 +235,3 @@ class ES(Method):
         if cfg.precision == "paper-bf16":
             backend.cast(torch.float32)  # exact widening; evaluation sees the bf16 weights' values
         return TrainResult(updates=budget, ideal=editor.ideal_state(), **counters)
-
-
-def _rms_diff(editor: WeightEditor, before: dict[str, torch.Tensor]) -> float:
-    sq = n = 0
-    for name, p in editor.params.items():
-        d = p.detach().to(torch.float32) - before[name].to(torch.float32)
-        sq += float(d.pow(2).sum())
-        n += d.numel()
-    return (sq / max(n, 1)) ** 0.5

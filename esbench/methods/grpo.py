@@ -60,9 +60,24 @@ class GRPOSettings(BaseModel):
     checkpoint_every: int = Field(10, gt=0, description="Trainer checkpoint every k updates (for resume).")
 
 
-def grpo_config(cfg: GRPOSettings, budget: int, output_dir: str, seed: int, use_cpu: bool, compute: str = "float32"):
+def grpo_config(
+    cfg: GRPOSettings,
+    budget: int,
+    output_dir: str,
+    seed: int,
+    use_cpu: bool,
+    compute: str = "float32",
+    vllm_rollouts: bool = False,
+):
     """The `trl.GRPOConfig` for `cfg` (see the table in the module docstring). `compute` is the autocast dtype over
-    fp32 master weights (`bfloat16` or `float16` for a half-precision model; `float32`: no autocast)."""
+    fp32 master weights (`bfloat16` or `float16` for a half-precision model; `float32`: no autocast).
+
+    `vllm_rollouts`: TRL's colocated vLLM generates the rollouts (a cell on the vLLM backend on a GPU), with the
+    importance-sampling correction off so the objective is the HF path's. TRL samples with its own neutral
+    `SamplingParams` (top-k 0, min-p 0, repetition penalty 1). `ESBENCH_TRL_VLLM_MEMORY` sets its GPU share.
+    """
+    import os
+
     from trl import GRPOConfig
 
     g = cfg.num_generations
@@ -104,6 +119,16 @@ def grpo_config(cfg: GRPOSettings, budget: int, output_dir: str, seed: int, use_
         save_total_limit=2,
         disable_tqdm=True,
         remove_unused_columns=False,
+        **(
+            {
+                "use_vllm": True,
+                "vllm_mode": "colocate",
+                "vllm_importance_sampling_correction": False,
+                "vllm_gpu_memory_utilization": float(os.environ.get("ESBENCH_TRL_VLLM_MEMORY", "0.25")),
+            }
+            if vllm_rollouts
+            else {}
+        ),
     )
 
 
@@ -175,7 +200,13 @@ class GRPO(Method):
         if compute != "float32":
             backend.cast(torch.float32)
         use_cpu = backend.device.type == "cpu"
-        args = grpo_config(config, budget, str(out), ctx.seed, use_cpu=use_cpu, compute=compute)
+        # TRL's vLLM mode cannot run on vLLM's CPU build: its weight sync (`load_weights`) fails on the repacked
+        # CPU linear layers (AttributeError: 'Parameter' object has no attribute 'weight_loader'). On CPU the
+        # rollouts are TRL's HF generation, under the backend's neutral decoding, whatever the backend.
+        rollout_engine = "vllm" if backend.kind == "vllm" and not use_cpu else "hf"
+        args = grpo_config(
+            config, budget, str(out), ctx.seed, use_cpu=use_cpu, compute=compute, vllm_rollouts=rollout_engine == "vllm"
+        )
         model.train()
         trainer = GRPOTrainer(
             model=model,
@@ -198,7 +229,10 @@ class GRPO(Method):
         counters["generated_tokens"] = int(
             sum(r.get("completion_length") or 0 for r in _read(ctx.log_path)) * per_update
         )
-        summary = {"precision": "fp32-master" + (f", {compute} autocast" if compute != "float32" else "")}
+        summary = {
+            "precision": "fp32-master" + (f", {compute} autocast" if compute != "float32" else ""),
+            "rollout_engine": rollout_engine,
+        }
         return TrainResult(updates=budget, summary=summary, **counters)
 
 

@@ -39,8 +39,8 @@ RECIPE: dict[str, Any] = {
         "hidden_size": 192,
         "num_hidden_layers": 4,
         "intermediate_size": 384,
-        "num_attention_heads": 8,
-        "num_key_value_heads": 4,
+        "num_attention_heads": 6,  # head_dim 32: vLLM's CPU attention rejects 24
+        "num_key_value_heads": 3,
         "max_position_embeddings": 128,
         "tie_word_embeddings": True,
     },

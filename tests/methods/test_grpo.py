@@ -55,6 +55,19 @@ def test_table_14_maps_onto_grpo_config_exactly(tmp_path):
     assert args.steps_per_generation == 256, "two optimizer updates per 64-prompt rollout"
     hard = grpo_config(GRPOSettings(kl_coef=0.001, max_completion_length=8192), 10, str(tmp_path), 0, True)
     assert hard.beta == 0.001 and hard.max_completion_length == 8192
+    assert not args.use_vllm
+
+
+def test_vllm_rollouts_use_trl_colocate_mode_without_importance_sampling(tmp_path):
+    """A GPU cell on the vLLM backend: TRL's colocated vLLM rolls out, and the objective stays the HF path's."""
+    plain = grpo_config(GRPOSettings(), 10, str(tmp_path), 0, False).to_dict()
+    args = grpo_config(GRPOSettings(), 10, str(tmp_path), 0, False, vllm_rollouts=True)
+    assert args.use_vllm and args.vllm_mode == "colocate" and args.vllm_importance_sampling_correction is False
+    assert args.top_k == 0 and args.min_p is None and args.repetition_penalty == 1.0  # TRL's vLLM sampler: neutral
+    changed = {k for k, v in args.to_dict().items() if plain.get(k) != v}
+    assert changed == {"use_vllm", "vllm_importance_sampling_correction", "vllm_gpu_memory_utilization"} - (
+        {"vllm_gpu_memory_utilization"} if plain["vllm_gpu_memory_utilization"] == 0.25 else set()
+    )
 
 
 # every esbench GRPO field and a changed value; reward values act on the reward function, not on GRPOConfig

