@@ -137,17 +137,28 @@ def test_sampling_is_seeded_per_prompt(pair, arith_prompts):
     assert [[g.text for g in p] for p in vb.generate(arith_prompts[:4], **kw)] == [[g.text for g in p] for p in a]
 
 
-def test_cast_restarts_the_engine_at_the_new_dtype(tiny_model_dir, arith_prompts):
+def test_cast_restarts_the_engine_at_the_new_dtype_and_paper_bf16_edits_match_hf(tiny_model_dir, arith_prompts):
     vb = VLLMBackend(*_load(tiny_model_dir), device="cpu", cpu_threads=1)
+    hf = HFBackend(*_load(tiny_model_dir), device="cpu", cpu_threads=1)
     try:
         start = vb.parameters()
         vb.cast(torch.bfloat16)
+        hf.cast(torch.bfloat16)
         assert vb.dtype == torch.bfloat16 and vb.provenance()["dtype"] == "bfloat16"
         half = vb.parameters()
         assert all(half[n].dtype == torch.bfloat16 and torch.equal(half[n], start[n].bfloat16()) for n in start)
         assert len(vb.generate(arith_prompts[:3], max_new_tokens=20)) == 3
-        vb.cast(torch.float32)
-        assert all(torch.equal(vb.parameters()[n], start[n].bfloat16().float()) for n in start)
+        # the public code's bf16 mode: noise added and subtracted in bf16, leaving the same residual in both engines
+        he, ve = hf.weight_editor("paper-bf16"), vb.weight_editor("paper-bf16")
+        for editor in (he, ve):
+            editor.perturb(77, 0.003)
+            editor.restore()
+            editor.update([77, 78], [1e-3, -1e-3])
+        after_hf, after_vllm = hf.parameters(), vb.parameters()
+        assert all(torch.equal(after_hf[n], after_vllm[n]) for n in after_hf)
+        assert ve.rms_diff(half) == he.rms_diff(half) > 0
+        vb.cast(torch.float32)  # exact widening of the edited bf16 weights
+        assert all(torch.equal(vb.parameters()[n], after_vllm[n].float()) for n in start)
     finally:
         vb.close()
 
