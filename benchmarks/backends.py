@@ -70,7 +70,7 @@ def main() -> None:
         "vllm_startup_s": round(startup, 2),
     }
     for name, backend in (("hf", hf), ("vllm", vllm)):
-        backend.generate(prompts[:4], n=2, **{**sample, "n": 2})  # warm-up
+        backend.generate(prompts[:4], **{**sample, "n": 2})  # warm-up
         gen = timed(lambda b=backend: b.generate(prompts[: args.prompts], **sample), args.device)
         upd = timed(
             lambda b=backend: es_update(b, prompts[: args.batch], args.population, args.sigma, args.max_new_tokens),

@@ -15,9 +15,10 @@ esbench's own `WeightEditor`, so a vLLM run perturbs exactly the weights an HF r
   copy the model twice per member. `unpack_cpu_linears` puts plain fused weights back, filled from the checkpoint
   folder through the same name map, and routes those layers (and the logits projection) to `torch.nn.functional.
   linear`, which reads the live weight. On CUDA the weights are plain tensors already and nothing is changed.
-- **Checksums.** After every update and every restore the worker records a position-weighted integer checksum of
-  each tensor's bits; before the next perturbation or update it checks the weights still match, so an edit from
-  outside the editor (a corrupted replica) fails loudly, naming the worker and the tensor.
+- **Checksums.** After every update the worker records a position-weighted integer checksum of each tensor's bits,
+  and before the next update it checks the weights still match (in `paper-bf16`, whose restores leave a residual,
+  after every restore and before every perturbation too), so an edit from outside the editor (a corrupted replica)
+  fails loudly, naming the worker and the tensor.
 
 Tensor parallelism is not supported here (one engine holds the whole model); the setup refuses it.
 """
@@ -101,14 +102,21 @@ def unpack_cpu_linears(model: torch.nn.Module, checkpoint: Mapping[str, torch.Te
     return restored
 
 
-def checksums(params: Mapping[str, torch.Tensor]) -> dict[str, int]:
-    """Per tensor: Σ bits(x_i)·(i mod 65521 + 1) over its elements, as an int. A flipped bit or a swap changes it."""
+def checksums(params: Mapping[str, torch.Tensor], chunk: int = 1 << 22) -> dict[str, int]:
+    """Per tensor: Σ bits(x_i)·(i mod 65521 + 1) over its elements, as an int. A flipped bit or a swap changes it.
+
+    Computed in chunks, so the int64 temporaries stay small beside a large embedding on a GPU.
+    """
     out = {}
     for name, t in params.items():
         flat = t.detach().contiguous().view(-1)
         ints = flat.view({8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}[flat.element_size()])
-        weights = torch.arange(flat.numel(), device=flat.device, dtype=torch.int64) % 65521 + 1
-        out[name] = int((ints.to(torch.int64) * weights).sum())
+        total = 0
+        for start in range(0, ints.numel(), chunk):
+            part = ints[start : start + chunk]
+            w = torch.arange(start, start + part.numel(), device=part.device, dtype=torch.int64) % 65521 + 1
+            total += int((part.to(torch.int64) * w).sum())
+        out[name] = total
     return out
 
 
@@ -186,12 +194,19 @@ class ESWorkerExtension:
         self._esb_editors.pop(key, None)
 
     def esbench_editor(self, key: int, op: str, *args: Any) -> Any:
-        """Run one `WeightEditor` operation; weights are checked before edits and re-recorded after them."""
+        """Run one `WeightEditor` operation, checking the weights at rest before it and recording them after it.
+
+        The weights are at rest after an update and after a restore. In `fp32-master` a restore copies the master
+        back, so the state before the next update must equal the one recorded after the last update: one check and
+        one record per update. In `paper-bf16` a restore leaves a residual, so each restore is recorded and each
+        perturbation checked: two per member.
+        """
         editor = self._esb_editors[key]
-        if op in ("perturb", "update"):
+        exact = editor.precision == "fp32-master"
+        if op == "update" or (op == "perturb" and not exact):
             self._esb_verify()
         result = getattr(editor, op)(*args)
-        if op in ("update", "restore", "load_master_state"):
+        if op in ("update", "load_master_state") or (op == "restore" and not exact):
             if isinstance(result, dict):
                 result = {**result, "checksum": self._esb_record()}
             else:

@@ -110,14 +110,15 @@ def test_a_corrupted_worker_weight_is_caught_and_named(pair):
     def corrupt(worker):
         worker._esb_views["model.layers.2.mlp.down_proj.weight"][5, 7] += 1e-3
 
+    editor.perturb(5, 0.01)  # a member is evaluated; then a replica's weight is corrupted at rest
+    editor.restore()
     vb.collective_rpc(corrupt)
     try:
         with pytest.raises(WeightsDiverged, match=r"rank 0.*model\.layers\.2\.mlp\.down_proj\.weight"):
-            editor.perturb(5, 0.01)
+            editor.update([5], [0.01])
     finally:
         vb.load_parameters(original)
-    editor.perturb(5, 0.01)  # loading known weights re-records the checksum
-    editor.restore()
+    editor.update([5], [0.0])  # loading known weights re-records the checksum
 
 
 def test_sampling_is_seeded_per_prompt(pair, arith_prompts):
