@@ -95,9 +95,19 @@ def _setup_logging(log_file: Path) -> None:
         lg.propagate = True
 
 
+def _execution_env(args) -> None:
+    """Execution options that never change results travel as environment variables: child processes (`--jobs`),
+    Slurm jobs (sbatch exports the environment) and Ray tasks (`executors.remote.execution_env`) all see them."""
+    if getattr(args, "es_workers", None):
+        os.environ["ESBENCH_ES_WORKERS"] = str(args.es_workers)
+    if getattr(args, "ray_address", None):
+        os.environ["ESBENCH_RAY_ADDRESS"] = args.ray_address
+
+
 def cmd_run(args) -> int:
     suite = _load(args.suite)
     cells = _select(suite, args.only)
+    _execution_env(args)
     # library progress bars (lm-eval requests, weight loading) would drown the rich progress display
     os.environ.setdefault("TQDM_DISABLE", "1")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -109,8 +119,12 @@ def cmd_run(args) -> int:
 
     console = Console()
     root = Path(args.out) / suite.name
-    _setup_logging(root / "esbench.log")
     pending = [c for c in cells if status(cell_dir(args.out, suite.name, c.id)) != "done"]
+    absent = _missing_artefacts(pending)
+    if absent:  # before any cell starts or any folder is written
+        print(absent, file=sys.stderr)
+        return 2
+    _setup_logging(root / "esbench.log")
     if not pending:
         console.print(f"all {len(cells)} cells of {suite.name!r} are done; nothing to run")
     else:
@@ -127,6 +141,44 @@ def cmd_run(args) -> int:
     return 0
 
 
+def _missing_artefacts(cells) -> str | None:
+    """One message listing every model and dataset the cells need that is neither cached nor on the hub."""
+    from esbench.prefetch import artefacts, missing
+
+    gone = missing(artefacts(cells))
+    if not gone:
+        return None
+    lines = [f"esbench run: {len(gone)} artefact(s) missing; no cell was started:"]
+    lines += [f"  {a.describe()}: {why}" for a, why in gone]
+    lines.append("Fetch them where the hub is reachable (`esbench prefetch SUITE`, with the same HF_HOME), then rerun.")
+    return "\n".join(lines)
+
+
+def cmd_prefetch(args) -> int:
+    """Download every model and dataset of a suite into the Hugging Face caches (run it where the hub is reachable)."""
+    from esbench.prefetch import artefacts, cached, fetch
+
+    suite = _load(args.suite)
+    arts = artefacts(_select(suite, args.only))
+    if not arts:
+        print(f"{suite.name}: nothing to fetch (built-in or local models, local or generated data)")
+        return 0
+    failed = 0
+    for a in arts:
+        if cached(a) and not args.force:
+            print(f"cached   {a.describe()}")
+            continue
+        try:
+            folder = fetch(a)
+        except Exception as e:  # report every artefact, then fail
+            failed += 1
+            print(f"FAILED   {a.describe()}: {type(e).__name__}: {e}", file=sys.stderr)
+            continue
+        print(f"fetched  {a.describe()} -> {folder}")
+    print(f"{suite.name}: {len(arts) - failed} of {len(arts)} artefacts in the cache")
+    return 1 if failed else 0
+
+
 def _records(out: str, suite: Suite, cells):
     recs = []
     for c in cells:
@@ -141,6 +193,7 @@ def cmd_run_cell(args) -> int:
     from esbench.records import CellBusy, CellDir
     from esbench.runner import run_cell_file
 
+    _execution_env(args)
     cell_json = Path(args.cell_json)
     try:
         spec = json.loads(cell_json.read_text())
@@ -198,6 +251,15 @@ def _positive_int(text: str) -> int:
     return int(text)
 
 
+def _add_execution_options(p) -> None:
+    p.add_argument(
+        "--es-workers",
+        type=_positive_int,
+        help="spread each ES update's population over W Ray actors, each a replica of the model "
+        "(ESBENCH_ES_WORKERS; default 1: in the cell's process). Results do not depend on W",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     from esbench import __version__
 
@@ -237,11 +299,24 @@ def build_parser() -> argparse.ArgumentParser:
         "(default 1: one after another, in this process)",
     )
     r.add_argument("--runtime", default="local", choices=["local"], help="how cells run (containers: planned)")
+    _add_execution_options(r)
+    r.add_argument(
+        "--ray-address",
+        help="the Ray cluster for `--executor ray` and `--es-workers` (ESBENCH_RAY_ADDRESS; 'auto' for the cluster "
+        "this node belongs to); default: a private local instance",
+    )
     r.set_defaults(fn=cmd_run)
+
+    pf = sub.add_parser("prefetch", help="download a suite's models and datasets into the HF caches (login nodes)")
+    pf.add_argument("suite")
+    pf.add_argument("--only", help="glob over cell ids or names, as for `run`")
+    pf.add_argument("--force", action="store_true", help="download again even what is cached")
+    pf.set_defaults(fn=cmd_prefetch)
 
     rc = sub.add_parser("run-cell", help="run one cell from its frozen cell.json (what executors and containers call)")
     rc.add_argument("cell_json", help="a cell.json written by esbench (runs/<suite>/<id>/cell.json)")
     rc.add_argument("--out", required=True, help="the cell's folder (record.json, samples/, train.jsonl)")
+    _add_execution_options(rc)
     rc.set_defaults(fn=cmd_run_cell)
 
     rp = sub.add_parser("report", help="paper-layout tables and plots of a run folder (runs/<suite>)")

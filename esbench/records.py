@@ -110,6 +110,7 @@ class CellDir:
     log = property(lambda self: self.path / "esbench.log")  # library logs of `esbench run-cell`
     final_weights = property(lambda self: self.path / "final.safetensors")  # eval.save_weights
     sparsity = property(lambda self: self.path / "sparsity")  # per-τ evaluations (eval.sparsity)
+    events = property(lambda self: self.path / "events.jsonl")  # progress, whichever executor ran the cell (`Events`)
 
     def status(self) -> str:
         return status(self.path)
@@ -121,6 +122,48 @@ def status(directory: Path) -> str:
     if directory.exists() and any(p.name not in (".lock", ".lease") for p in directory.iterdir()):
         return "partial"
     return "pending"
+
+
+def append_jsonl(path: Path, row: dict[str, Any]) -> None:
+    """Append one line and fsync it: a kill loses at most the line being written, never an earlier one."""
+    with open(path, "a") as f:
+        f.write(json.dumps(row, sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+class Events:
+    """A cell's progress as JSON lines in its folder: `started`, each `stage`, then `done` or `failed`, with time,
+    host and pid. Every executor's runner writes them, so a driver follows a cell on another node by reading the
+    file (the ray and slurm executors' progress bars do), and a resumed cell shows each attempt."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def emit(self, event: str, **fields: Any) -> None:
+        row = {"t": round(time.time(), 3), "event": event, "host": socket.gethostname(), "pid": os.getpid()}
+        append_jsonl(self.path, {**row, **fields})
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            lines = self.path.read_text().splitlines()
+        except OSError:
+            return []
+        out = []
+        for line in lines:
+            try:
+                out.append(json.loads(line))
+            except ValueError:  # a line being written right now
+                continue
+        return out
+
+    def latest(self) -> str | None:
+        """What the newest event says, for a progress bar: the stage name, or the event itself."""
+        rows = self.read()
+        if not rows:
+            return None
+        last = rows[-1]
+        return last.get("stage") or last["event"]
 
 
 class CellBusy(RuntimeError):

@@ -11,6 +11,7 @@ import functools
 import hashlib
 import json
 import logging
+import os
 import random
 import shutil
 import time
@@ -23,6 +24,7 @@ from esbench.records import (
     RECORD_SCHEMA,
     RELEASE,
     CellDir,
+    Events,
     Lease,
     atomic_write_json,
     eval_seed,
@@ -57,7 +59,21 @@ def run_cell(cell: Cell, directory: Path, on_stage: Callable[[str], None] | None
     cd = CellDir(directory)
     cd.path.mkdir(parents=True, exist_ok=True)
     with Lease(cd.lease):
-        return _run_cell(cell, cd, on_stage or (lambda _: None))
+        events = Events(cd.events)
+        events.emit("started")
+
+        def stage(name: str) -> None:
+            events.emit("stage", stage=name)
+            if on_stage:
+                on_stage(name)
+
+        try:
+            record = _run_cell(cell, cd, stage)
+        except BaseException as e:
+            events.emit("failed", error=f"{type(e).__name__}: {e}"[:500])
+            raise
+        events.emit("done")
+        return record
 
 
 def run_cell_file(cell_json: Path, directory: Path, on_stage: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -74,6 +90,11 @@ def _data_provenance(task, split: str, rows: list[dict[str, str]]) -> dict[str, 
         "sha256": rows_hash(rows),
         **task.provenance(split),  # hub id, config, revision and split (or generator and seed)
     }
+
+
+def es_workers() -> int:
+    """`--es-workers` (ESBENCH_ES_WORKERS): an execution option, outside the cell id (results do not depend on it)."""
+    return max(1, int(os.environ.get("ESBENCH_ES_WORKERS", "1")))
 
 
 def _run_cell(cell: Cell, cd: CellDir, stage: Callable[[str], None]) -> dict[str, Any]:
@@ -121,6 +142,7 @@ def _run_cell(cell: Cell, cd: CellDir, stage: Callable[[str], None]) -> dict[str
             probe=probe,
             probe_every=probe_every,
             budget_spec=spec.budget,
+            workers=es_workers(),
         )
         start = {n: p.detach().to("cpu", copy=True) for n, p in backend.parameters().items()}  # θ₀ for drift
         t1 = time.perf_counter()
@@ -184,6 +206,7 @@ def _run_cell(cell: Cell, cd: CellDir, stage: Callable[[str], None]) -> dict[str
         "provenance": {
             **provenance.environment(),
             "backend": backend.provenance(),
+            "execution": {"es_workers": es_workers()},
             "seeds": seeds,
             "model": loaded.provenance,
             "final_weights_sha256": weights_sha,

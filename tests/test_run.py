@@ -33,6 +33,9 @@ def test_run_writes_recomputable_records_and_is_idempotent(tmp_path, two_seed_su
         rec = json.loads(path.read_text())
         assert rec["schema"] == RECORD_SCHEMA and rec["cell"]["id"] == path.parent.name
         assert json.loads((path.parent / "cell.json").read_text())["spec"] == rec["cell"]["spec"]
+        events = [json.loads(x) for x in (path.parent / "events.jsonl").read_text().splitlines()]
+        assert events[0]["event"] == "started" and events[-1]["event"] == "done"
+        assert [e["stage"] for e in events[1:-1]][-1] == "record written" and events[0]["t"] <= events[-1]["t"]
         prov = rec["provenance"]
         for key in (
             "esbench",
@@ -113,6 +116,13 @@ def test_failed_cell_exits_nonzero_naming_it(tmp_path, small_suite, capsys, monk
     assert "cell" in text and "failed: RuntimeError: simulated evaluation failure" in text
     (cell_dir,) = [d for d in (out / "small").iterdir() if d.is_dir()]
     assert not (cell_dir / "record.json").exists() and (cell_dir / "error.log").exists()
+    events = [json.loads(line) for line in (cell_dir / "events.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events] == ["started", "stage", "failed"]  # model loaded, then the failure
+    assert events[1]["stage"] == "model loaded" and "simulated evaluation failure" in events[2]["error"]
+    assert main(["run", str(small_suite), "--out", str(out)]) == 1  # a retry is a new attempt in the same file
+    assert [e["event"] for e in (json.loads(x) for x in (cell_dir / "events.jsonl").read_text().splitlines())][3] == (
+        "started"
+    )
 
 
 def test_env_prints_provenance(capsys):

@@ -99,6 +99,10 @@ class Backend(Protocol):
 
     def state_hash(self) -> str: ...
 
+    def checksum(self) -> str:
+        """A cheap fingerprint of the weights under HF names; equal weights give equal checksums on any backend."""
+        ...
+
     def save(self, directory: Path) -> None:
         """Save as a Hugging Face model folder (weights, config, tokenizer)."""
         ...

@@ -224,6 +224,12 @@ class HFBackend:
     def cast(self, dtype: torch.dtype) -> None:
         self.model.to(dtype)
 
+    def checksum(self) -> str:
+        """A cheap fingerprint of the weights under their HF names (compared across ES replicas after updates)."""
+        from esbench.es.weights import tensor_checksums, weights_digest
+
+        return weights_digest(tensor_checksums(self.parameters()))
+
     def state_hash(self) -> str:
         from esbench.models import state_hash
 

@@ -25,18 +25,15 @@ Tensor parallelism is not supported here (one engine holds the whole model); the
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from esbench.es.weights import WeightEditor
-
-
-class WeightsDiverged(RuntimeError):
-    """A worker's weights no longer match what the editor last wrote."""
+from esbench.es.weights import WeightEditor, WeightsDiverged
+from esbench.es.weights import tensor_checksums as checksums
+from esbench.es.weights import weights_digest as digest
 
 
 def hf_views(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -100,29 +97,6 @@ def unpack_cpu_linears(model: torch.nn.Module, checkpoint: Mapping[str, torch.Te
             restored.append(mod_name)
         mod.cpu_linear = torch.nn.functional.linear
     return restored
-
-
-def checksums(params: Mapping[str, torch.Tensor], chunk: int = 1 << 22) -> dict[str, int]:
-    """Per tensor: Σ bits(x_i)·(i mod 65521 + 1) over its elements, as an int. A flipped bit or a swap changes it.
-
-    Computed in chunks, so the int64 temporaries stay small beside a large embedding on a GPU.
-    """
-    out = {}
-    for name, t in params.items():
-        flat = t.detach().contiguous().view(-1)
-        ints = flat.view({8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}[flat.element_size()])
-        total = 0
-        for start in range(0, ints.numel(), chunk):
-            part = ints[start : start + chunk]
-            w = torch.arange(start, start + part.numel(), device=part.device, dtype=torch.int64) % 65521 + 1
-            total += int((part.to(torch.int64) * w).sum())
-        out[name] = total
-    return out
-
-
-def digest(sums: Mapping[str, int]) -> str:
-    blob = ",".join(f"{k}={v}" for k, v in sorted(sums.items()))
-    return hashlib.blake2b(blob.encode(), digest_size=8).hexdigest()
 
 
 class ESWorkerExtension:

@@ -44,6 +44,33 @@ def member_seed(run_seed: int, step: int, index: int) -> int:
     return int.from_bytes(hashlib.blake2b(blob, digest_size=8).digest(), "little") & _MASK63
 
 
+class WeightsDiverged(RuntimeError):
+    """A replica's weights (a vLLM worker's, an ES actor's) no longer match what they should be."""
+
+
+def tensor_checksums(params: Mapping[str, torch.Tensor], chunk: int = 1 << 22) -> dict[str, int]:
+    """Per tensor: Σ bits(x_i)·(i mod 65521 + 1) over its elements, as an int. A flipped bit or a swap changes it.
+
+    Computed in chunks, so the int64 temporaries stay small beside a large embedding on a GPU.
+    """
+    out = {}
+    for name, t in params.items():
+        flat = t.detach().contiguous().view(-1)
+        ints = flat.view({8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}[flat.element_size()])
+        total = 0
+        for start in range(0, ints.numel(), chunk):
+            part = ints[start : start + chunk]
+            w = torch.arange(start, start + part.numel(), device=part.device, dtype=torch.int64) % 65521 + 1
+            total += int((part.to(torch.int64) * w).sum())
+        out[name] = total
+    return out
+
+
+def weights_digest(sums: Mapping[str, int]) -> str:
+    blob = ",".join(f"{k}={v}" for k, v in sorted(sums.items()))
+    return hashlib.blake2b(blob.encode(), digest_size=8).hexdigest()
+
+
 class WeightEditor:
     """Perturb / restore / update a set of named tensors in place, in one of two precision modes."""
 

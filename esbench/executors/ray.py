@@ -29,9 +29,6 @@ leaves that choice to the user (`RAY_AUTH_MODE=disabled` for a private single-ma
 from __future__ import annotations
 
 import logging
-import os
-import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,18 +36,18 @@ from typing import Any
 from rich.progress import Progress
 
 from esbench.executors.local import COLUMNS
-from esbench.executors.remote import run_cell_remote
+from esbench.executors.remote import execution_env, run_cell_remote
 from esbench.spec import Cell
 
 log = logging.getLogger(__name__)
 
 MAX_RETRIES = 2
-TEMP_PREFIX = "esbench-ray-"
+POLL_S = 1.0  # between progress refreshes from the cells' events.jsonl
 
 
-def _task(cell_json: str, directory: str) -> None:
+def _task(cell_json: str, directory: str, env: dict[str, str]) -> None:
     """The Ray task body (module level, so workers import it by reference)."""
-    run_cell_remote(cell_json, directory)
+    run_cell_remote(cell_json, directory, env=env)
 
 
 def resources(spec: dict[str, Any], cluster_gpus: float) -> dict[str, float]:
@@ -60,35 +57,6 @@ def resources(spec: dict[str, Any], cluster_gpus: float) -> dict[str, float]:
     if device == "cuda" or (device == "auto" and cluster_gpus > 0):
         return {"num_cpus": 1, "num_gpus": 1}
     return {"num_cpus": int(backend.get("cpu_threads", 1)), "num_gpus": 0}
-
-
-def _fresh_temp_dir() -> str:
-    return tempfile.mkdtemp(prefix=TEMP_PREFIX)  # short: Ray's unix sockets live under it (108-byte path limit)
-
-
-def _connect() -> tuple[bool, str | None]:
-    """Connect to ESBENCH_RAY_ADDRESS or start a private local instance. Returns (we called init, our temp dir)."""
-    import ray
-
-    if ray.is_initialized():  # the caller's own Ray session: use it, leave it running
-        return False, None
-    address = os.environ.get("ESBENCH_RAY_ADDRESS")
-    if address:
-        ray.init(address=address, log_to_driver=False)
-        return True, None
-    tmp = _fresh_temp_dir()
-    try:
-        ray.init(
-            address="local",  # never attach to a cluster named by RAY_ADDRESS by accident
-            num_cpus=os.cpu_count(),
-            include_dashboard=False,
-            log_to_driver=False,
-            _temp_dir=tmp,
-        )
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return True, tmp
 
 
 def _describe(error: BaseException) -> tuple[str, str]:
@@ -110,13 +78,14 @@ def run_cells(
 ) -> list[tuple[Cell, str]]:
     import ray
 
-    from esbench.records import CellDir, atomic_write_json
+    from esbench.records import CellDir, Events, atomic_write_json
 
     if not cells:
         return []
+    from esbench.ray_session import session
+
     failed: list[tuple[Cell, str]] = []
-    started, tmp = _connect()
-    try:
+    with session() as tmp:
         totals = ray.cluster_resources()
         remote = ray.remote(_task)
         with Progress(*COLUMNS, console=console, transient=False) as progress:
@@ -143,11 +112,15 @@ def run_cells(
                     fail(cell, cd, bar, f"RuntimeError: {msg}", msg + "\n")
                     continue
                 ref = remote.options(**request, max_retries=max_retries, name=f"esbench {cell.name}").remote(
-                    str(cd.cell_json), str(cd.path)
+                    str(cd.cell_json), str(cd.path), execution_env()
                 )
                 running[ref] = (cell, cd, bar)
             while running:
-                done, _ = ray.wait(list(running), num_returns=1)
+                done, _ = ray.wait(list(running), num_returns=1, timeout=POLL_S)
+                for cell, cd, bar in running.values():  # progress from the events the remote runner writes
+                    latest = Events(cd.events).latest()
+                    if latest:
+                        progress.update(bar, description=f"  {cell.name}: {latest}")
                 for ref in done:
                     cell, cd, bar = running.pop(ref)
                     try:
@@ -157,11 +130,6 @@ def run_cells(
                         continue
                     progress.update(bar, completed=1, description=f"  {cell.name}: done")
                     progress.advance(overall)
-    finally:
-        if started:
-            ray.shutdown()
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
     order = {c.id: i for i, c in enumerate(cells)}
     return sorted(failed, key=lambda f: order[f[0].id])
 

@@ -16,7 +16,17 @@ log = logging.getLogger(__name__)
 LEASE_WAIT_S = 150.0  # the Lease's ttl (120 s) plus a margin: a dead holder on another node has expired by then
 
 
-def run_cell_remote(cell_json: str | Path, directory: str | Path, wait_s: float = LEASE_WAIT_S) -> None:
+EXECUTION_ENV = ("ESBENCH_ES_WORKERS", "ESBENCH_RAY_ADDRESS")
+
+
+def execution_env() -> dict[str, str]:
+    """The driver's execution options (`--es-workers`, `--ray-address`), to set in a remote worker's environment."""
+    return {k: os.environ[k] for k in EXECUTION_ENV if k in os.environ}
+
+
+def run_cell_remote(
+    cell_json: str | Path, directory: str | Path, wait_s: float = LEASE_WAIT_S, env: dict[str, str] | None = None
+) -> None:
     """Run one cell in a remote worker (Ray task, Slurm job): `run_cell_file` with the cell's `esbench.log`.
 
     A `CellBusy` lease is waited on for up to `wait_s`: after a crash or preemption on another node, the dead
@@ -26,6 +36,7 @@ def run_cell_remote(cell_json: str | Path, directory: str | Path, wait_s: float 
     from esbench.records import CellBusy, CellDir
     from esbench.runner import run_cell_file
 
+    os.environ.update(env or {})
     os.environ.setdefault("TQDM_DISABLE", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     cd = CellDir(Path(directory))

@@ -58,7 +58,7 @@ from typing import Any
 from rich.progress import Progress
 
 from esbench.executors.local import COLUMNS
-from esbench.executors.remote import run_cell_remote
+from esbench.executors.remote import execution_env, run_cell_remote
 from esbench.spec import Cell
 
 log = logging.getLogger(__name__)
@@ -70,8 +70,8 @@ POLL_S = {"slurm": 10.0}  # between status checks (the result files; sacct at mo
 class RunCell:
     """The submitted callable: run one cell folder. Checkpointable, so submitit requeues it on preemption/time-out."""
 
-    def __call__(self, cell_json: str, directory: str) -> None:
-        run_cell_remote(cell_json, directory)
+    def __call__(self, cell_json: str, directory: str, env: dict[str, str] | None = None) -> None:
+        run_cell_remote(cell_json, directory, env=env)
 
     def checkpoint(self, *args: Any, **kwargs: Any):
         """Requeue the same call: `run-cell` resumes from the cell's own checkpoints, so nothing else is saved."""
@@ -147,7 +147,7 @@ def _describe(error: BaseException) -> tuple[str, str]:
 def run_cells(cells: list[Cell], dir_of: Callable[[Cell], Path], console, jobs: int = 1) -> list[tuple[Cell, str]]:
     import submitit
 
-    from esbench.records import CellDir, atomic_write_json
+    from esbench.records import CellDir, Events, atomic_write_json
 
     if not cells:
         return []
@@ -157,7 +157,10 @@ def run_cells(cells: list[Cell], dir_of: Callable[[Cell], Path], console, jobs: 
         atomic_write_json(cd.cell_json, cell.to_json())
     executor = submitit.AutoExecutor(folder=dirs[0].path.parent / ".submitit" / "%j", cluster=name)
     executor.update_parameters(**parameters(cells))
-    jobs_ = executor.map_array(RunCell(), [str(cd.cell_json) for cd in dirs], [str(cd.path) for cd in dirs])
+    env = execution_env()
+    jobs_ = executor.map_array(
+        RunCell(), [str(cd.cell_json) for cd in dirs], [str(cd.path) for cd in dirs], [env for _ in dirs]
+    )
     ids = sorted({str(j.job_id).split("_")[0] for j in jobs_})
     logs = dirs[0].path.parent / ".submitit"
     console.print(f"submitted {len(jobs_)} cells to {name} (job {', '.join(ids)}; submitit logs: {logs})")
@@ -171,6 +174,9 @@ def run_cells(cells: list[Cell], dir_of: Callable[[Cell], Path], console, jobs: 
             while pending:
                 for i, job in list(pending.items()):
                     if not job.done():
+                        latest = Events(dirs[i].events).latest()  # what the remote runner last reported
+                        if latest:
+                            progress.update(bars[i], description=f"  {cells[i].name}: {latest}")
                         continue
                     del pending[i]
                     cell, cd, bar = cells[i], dirs[i], bars[i]

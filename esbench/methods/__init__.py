@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict
 
 from esbench.backends import Backend
+from esbench.records import append_jsonl
 from esbench.rewards import Reward
 
 GROUP = "esbench.methods"
@@ -45,6 +46,7 @@ class TrainContext:
     probe: Callable[[Backend], dict[str, Any]] | None = None  # esbench.metrics.entropy.Probe
     probe_every: int = 0
     budget_spec: int | str | None = None  # the suite's budget as written ('2ep' or an update count), for sequences
+    workers: int = 1  # replicas a recipe may spread its work over (ES: population on Ray actors); never changes results
 
     def maybe_probe(self, updates: int, final: bool = False) -> None:
         """Log the probe after `updates` updates (0 = before training) when due: every `probe_every`, and at the end.
@@ -132,13 +134,3 @@ class _Registry:
 
 
 registry = _Registry()
-
-
-def append_jsonl(path: Path, row: dict[str, Any]) -> None:
-    """Append one line and fsync it: a kill loses at most the line being written, never an earlier one."""
-    import os
-
-    with open(path, "a") as f:
-        f.write(json.dumps(row, sort_keys=True) + "\n")
-        f.flush()
-        os.fsync(f.fileno())

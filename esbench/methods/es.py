@@ -30,7 +30,8 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from esbench.es.weights import WeightEditor, member_seed
+from esbench.es import population
+from esbench.es.weights import WeightEditor
 from esbench.methods import Method, TrainContext, TrainResult
 from esbench.records import atomic_write_json
 
@@ -72,10 +73,18 @@ class ESConfig(BaseModel):
 
 def ask(cfg: ESConfig, run_seed: int, step: int) -> list[tuple[int, float]]:
     """The population at `step` as (seed, sign) pairs; pure function of (run seed, step)."""
-    if cfg.antithetic:
-        seeds = [member_seed(run_seed, step, i) for i in range(cfg.population // 2)]
-        return [(s, sign) for s in seeds for sign in (1.0, -1.0)]
-    return [(member_seed(run_seed, step, i), 1.0) for i in range(cfg.population)]
+    return population.ask(cfg.population, cfg.antithetic, run_seed, step)
+
+
+def rollout_spec(cfg: ESConfig) -> population.Rollout:
+    return population.Rollout(
+        population=cfg.population,
+        antithetic=cfg.antithetic,
+        sigma=cfg.sigma,
+        temperature=cfg.temperature,
+        max_new_tokens=cfg.max_new_tokens,
+        common_sampling_seed=cfg.common_sampling_seed,
+    )
 
 
 def zscore(x: np.ndarray) -> np.ndarray:
@@ -197,27 +206,43 @@ class ES(Method):
             start, counters = state["step"], state["counters"]
             sampler = EpochSampler(len(train_data), ctx.seed, **state["sampler"])
         ctx.rewind(start)  # drop log lines written after the checkpoint we resume from
+        spec = rollout_spec(cfg)
+        pop = None
+        if ctx.workers > 1:  # the population on Ray actors, each a replica (esbench.es.population)
+            pop = population.RayPopulation(backend, editor, spec, ctx.seed, ctx.workers, ctx.workdir, anchor)
+        try:
+            self._loop(cfg, ctx, train_data, reward, budget, start, sampler, editor, anchor, counters, spec, pop)
+        finally:
+            if pop is not None:
+                pop.close()
+        ctx.maybe_probe(budget, final=True)
+        if cfg.precision == "paper-bf16":
+            backend.cast(torch.float32)  # exact widening; evaluation sees the bf16 weights' values
+        return TrainResult(updates=budget, ideal=editor.ideal_state(), **counters)
+
+    @staticmethod
+    def _loop(cfg, ctx, train_data, reward, budget, start, sampler, editor, anchor, counters, spec, pop) -> None:
+        """Updates `start`..`budget`-1: roll out every member, tell, update, log, checkpoint."""
+        backend = ctx.backend
+        ckpt = ctx.workdir / "es"
         for step in range(start, budget):
             ctx.maybe_probe(step)
             batch = [train_data[i] for i in sampler.next_batch(cfg.batch_size)]
             prompts = [ctx.prompt(row) for row in batch]
             members = ask(cfg, ctx.seed, step)
             before = editor.master_state() if cfg.precision == "paper-bf16" else None
+            if pop is not None:
+                outputs = pop.roll_out(step, prompts)
+            else:
+                outputs = []
+                for i in range(len(members)):
+                    gens = population.roll_out_member(backend, editor, spec, ctx.seed, step, i, prompts)
+                    outputs.append([(g[0].text, g[0].tokens) for g in gens])
             rewards = np.zeros((len(members), len(batch)))
-            for i, (seed, sign) in enumerate(members):
-                editor.perturb(seed, cfg.sigma, sign)
-                gens = backend.generate(
-                    prompts,
-                    temperature=cfg.temperature,
-                    max_new_tokens=cfg.max_new_tokens,
-                    seed=None
-                    if cfg.temperature == 0
-                    else member_seed(ctx.seed, step, 0 if cfg.common_sampling_seed else i + 1) ^ 1,
-                )
-                editor.restore()
-                rewards[i] = [reward(g[0].text, row["answer"]) for g, row in zip(gens, batch, strict=True)]
+            for i, gens in enumerate(outputs):
+                rewards[i] = [reward(text, row["answer"]) for (text, _), row in zip(gens, batch, strict=True)]
                 counters["rollouts"] += len(batch)
-                counters["generated_tokens"] += sum(g[0].tokens for g in gens)
+                counters["generated_tokens"] += sum(tokens for _, tokens in gens)
             row = {
                 "update": step,
                 "reward_mean": float(rewards.mean()),
@@ -228,10 +253,8 @@ class ES(Method):
                 row["restore_residual_rms"] = editor.rms_diff(before)
             seeds, coeffs = tell(cfg, members, rewards)
             row.update(editor.update(seeds, coeffs, cfg.weight_decay, anchor))
+            if pop is not None:  # every replica applied the same update; a divergence names the actor
+                pop.update(seeds, coeffs, cfg.weight_decay, row.get("checksum") or backend.checksum(), step)
             ctx.log(row)
             if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == budget:
                 save_checkpoint(ckpt, editor, step + 1, sampler, counters)
-        ctx.maybe_probe(budget, final=True)
-        if cfg.precision == "paper-bf16":
-            backend.cast(torch.float32)  # exact widening; evaluation sees the bf16 weights' values
-        return TrainResult(updates=budget, ideal=editor.ideal_state(), **counters)

@@ -106,6 +106,7 @@ class _StageContext(TrainContext):
             backend=parent.backend,
             probe=parent.probe,
             probe_every=parent.probe_every,
+            workers=parent.workers,
         )
         self.index, self.kind, self.offset = index, kind, offset
 

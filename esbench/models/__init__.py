@@ -140,6 +140,17 @@ def state_hash(model) -> str:
     return h.hexdigest()
 
 
+def _cached_commit(repo: str, revision: str | None, subfolder: str | None) -> str | None:
+    """The commit of the cached snapshot `from_pretrained` read (transformers leaves `_commit_hash` unset offline)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(repo, f"{subfolder}/config.json" if subfolder else "config.json", revision=revision)
+    if not isinstance(found, str):
+        return None
+    snapshot = Path(found).parent.parent if subfolder else Path(found).parent
+    return snapshot.name if snapshot.parent.name == "snapshots" else None
+
+
 @dataclass
 class Loaded:
     model: Any
@@ -168,7 +179,9 @@ def load_model(path: str, revision: str | None = None, dtype: str = "float32", s
     if os.path.isdir(where) and not subfolder:
         prov["weights_sha256"] = weights_hash(where)
     else:
-        prov["resolved_revision"] = getattr(model.config, "_commit_hash", None)
+        prov["resolved_revision"] = getattr(model.config, "_commit_hash", None) or _cached_commit(
+            where, revision, subfolder
+        )
     prov["parameters"] = sum(p.numel() for p in model.parameters())
     prov["state_sha256"] = state_hash(model)  # same fingerprint as the record's final_weights_sha256
     return Loaded(model, tokenizer, prov)

@@ -5,60 +5,10 @@ and resumes from the cell's checkpoints to the same record. Nothing of the Ray i
 from __future__ import annotations
 
 import json
-import os
 import signal
 import threading
-import time
-from pathlib import Path
 
-import pytest
 from executor_helpers import assert_same_cell, run_with, signal_after_first_checkpoint, suite_cells
-
-
-@pytest.fixture
-def ray_env(monkeypatch):
-    """A private local Ray instance without token auth (else ray 2.60 writes ~/.ray/auth_token); records the temp
-    folders the executor makes so the test can check they are gone."""
-    import esbench.executors.ray as ray_executor
-
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    monkeypatch.delenv("ESBENCH_RAY_ADDRESS", raising=False)
-    made: list[str] = []
-    real = ray_executor._fresh_temp_dir
-
-    def fresh() -> str:
-        made.append(real())
-        return made[-1]
-
-    monkeypatch.setattr(ray_executor, "_fresh_temp_dir", fresh)
-    yield made
-    _assert_ray_gone(made)
-
-
-def _assert_ray_gone(temp_dirs: list[str]) -> None:
-    import ray
-
-    assert not ray.is_initialized()
-    for d in temp_dirs:
-        assert not Path(d).exists(), f"Ray temp dir {d} left behind"
-    deadline = time.monotonic() + 20
-    while True:  # raylet, GCS and workers of our instance name its temp dir on their command lines
-        alive = [pid for pid in _pids() if any(d in _cmdline(pid) for d in temp_dirs)]
-        if not alive or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    assert not alive, f"Ray processes outlived ray.shutdown(): {[_cmdline(p) for p in alive]}"
-
-
-def _pids() -> list[int]:
-    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
 
 
 def test_ray_cells_reproduce_the_local_executor(tmp_path, tiny_model_dir, ray_env):

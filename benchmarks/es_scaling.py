@@ -1,0 +1,91 @@
+"""ES update time on 1 worker (the cell's process) against W Ray actors, side by side in one run, printed as JSON.
+
+One update = every member perturbed, rolled out on the batch greedily, restored; then the fp32 update applied by the
+driver and every replica, with the replicas' checksums compared (`esbench.es.population`). `speedup` is the time on
+1 worker over the time on W (> 1: the actors pay off). Actor start-up (each loads a replica) is reported apart.
+
+    python benchmarks/es_scaling.py                       # tiny model, CPU, W = 2 (one thread per worker)
+    python benchmarks/es_scaling.py --model llama-100m --population 8 --batch 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import CONFIGS, load  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="tiny", choices=["tiny", *CONFIGS])
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--population", type=int, default=16)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--max-new-tokens", type=int, default=40)
+    ap.add_argument("--updates", type=int, default=2)
+    args = ap.parse_args()
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    torch.set_num_threads(1)
+    from esbench.backends.hf import HFBackend
+    from esbench.es.population import RayPopulation, Rollout, roll_out_member
+
+    model, tok, prompts = load(args.model, "cpu", "float32")
+    backend = HFBackend(model, tok, device="cpu", cpu_threads=1)
+    editor = backend.weight_editor()
+    spec = Rollout(args.population, False, 3e-3, 0.0, args.max_new_tokens, True)
+    prompts = prompts[: args.batch]
+    seeds, coeffs = [1, 2], [1e-4, -1e-4]
+
+    def local_update(step: int) -> None:
+        for i in range(args.population):
+            roll_out_member(backend, editor, spec, 0, step, i, prompts)
+        editor.update(seeds, coeffs)
+
+    t = time.perf_counter()
+    for step in range(args.updates):
+        local_update(step)
+    one = (time.perf_counter() - t) / args.updates
+
+    with tempfile.TemporaryDirectory() as work:
+        t = time.perf_counter()
+        pop = RayPopulation(backend, editor, spec, 0, args.workers, Path(work))
+        startup = time.perf_counter() - t
+        try:
+            pop.roll_out(0, prompts[:2])  # warm-up: first calls import and load lazily
+            t = time.perf_counter()
+            for step in range(args.updates):
+                pop.roll_out(step, prompts)
+                editor.update(seeds, coeffs)
+                pop.update(seeds, coeffs, 0.0, backend.checksum(), step)
+            many = (time.perf_counter() - t) / args.updates
+        finally:
+            pop.close()
+    print(
+        json.dumps(
+            {
+                "model": args.model,
+                "cpus": os.cpu_count(),
+                "population": args.population,
+                "batch": args.batch,
+                "workers": args.workers,
+                "update_s_1_worker": round(one, 3),
+                f"update_s_{args.workers}_workers": round(many, 3),
+                "actor_startup_s": round(startup, 2),
+                "speedup": round(one / many, 3),
+            },
+            indent=2,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

