@@ -11,69 +11,17 @@ way. It pays where cores are many: on this project's 2-vCPU machines a 5-cell, 4
 
 from __future__ import annotations
 
-import logging
+import concurrent.futures
 import os
 import subprocess
 import sys
-import threading
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
+from esbench.executors import Failure, Handle, write_cell
 from esbench.spec import Cell
-
-log = logging.getLogger(__name__)
-COLUMNS = (
-    SpinnerColumn(),
-    TextColumn("{task.description}"),
-    BarColumn(),
-    TextColumn("{task.completed}/{task.total}"),
-    TimeElapsedColumn(),
-)
-
-
-def run_cells(cells: list[Cell], dir_of: Callable[[Cell], Path], console, jobs: int = 1) -> list[tuple[Cell, str]]:
-    from esbench.records import CellDir, atomic_write_json
-    from esbench.runner import stage_count
-
-    failed: list[tuple[Cell, str]] = []
-    lock = threading.Lock()
-    with Progress(*COLUMNS, console=console, transient=False) as progress:
-        overall = progress.add_task("cells", total=len(cells))
-
-        def run_one(cell: Cell) -> None:
-            cd = CellDir(dir_of(cell))
-            stages = progress.add_task(f"  {cell.name}", total=None)
-
-            def on_stage(name: str) -> None:
-                progress.update(stages, description=f"  {cell.name}: {name}", advance=1)
-
-            try:
-                total = stage_count(cell)  # inside the try: an invalid spec fails its cell, not the run
-                progress.update(stages, total=total)
-                atomic_write_json(cd.cell_json, cell.to_json())
-                (_in_process if jobs == 1 else _in_subprocess)(cd, on_stage, jobs)
-                progress.update(stages, completed=total, description=f"  {cell.name}: done")
-            except Exception as e:  # one failed cell must not stop the others
-                detail = e.detail if isinstance(e, CellFailed) else traceback.format_exc()
-                log.error("cell %s (%s) failed:\n%s", cell.id, cell.name, detail)
-                cd.error_log.write_text(detail)
-                with lock:
-                    failed.append((cell, f"{type(e).__name__}: {e}"))
-                progress.update(stages, description=f"  {cell.name}: [red]failed[/red]")
-            progress.advance(overall)
-
-        if jobs == 1:
-            for cell in cells:
-                run_one(cell)
-        else:
-            with ThreadPoolExecutor(max_workers=jobs) as pool:
-                list(pool.map(run_one, cells))
-    order = {c.id: i for i, c in enumerate(cells)}
-    return sorted(failed, key=lambda f: order[f[0].id])
 
 
 class CellFailed(RuntimeError):
@@ -82,27 +30,68 @@ class CellFailed(RuntimeError):
         self.detail = detail
 
 
-def _in_process(cd, on_stage, jobs: int) -> None:
+class LocalExecutor:
+    """`jobs=1`: each `wait` runs the next cell in this process (the main thread: vLLM and signals need it).
+    `jobs=N`: N `esbench run-cell` child processes at a time, from a thread pool."""
+
+    message = None
+
+    def __init__(self, jobs: int = 1):
+        self.jobs = jobs
+        self.pool = ThreadPoolExecutor(max_workers=jobs) if jobs > 1 else None
+
+    def submit(self, cells: list[Cell], dir_of: Callable[[Cell], Path]) -> list[Handle]:
+        handles = [Handle(cell, write_cell(cell, dir_of)) for cell in cells]
+        if self.pool is not None:
+            for h in handles:
+                h.ref = self.pool.submit(_in_subprocess, h.cd)
+        return handles
+
+    def wait(self, handles: list[Handle], timeout: float, refresh) -> list[tuple[Handle, Failure | None]]:
+        if self.pool is None:
+            h = handles[0]
+            return [(h, _in_process(h, refresh))]
+        done, _ = concurrent.futures.wait([h.ref for h in handles], timeout, concurrent.futures.FIRST_COMPLETED)
+        out = []
+        for h in handles:
+            if h.ref in done:
+                e = h.ref.exception()
+                if e is None:
+                    out.append((h, None))
+                else:
+                    detail = e.detail if isinstance(e, CellFailed) else "".join(traceback.format_exception(e))
+                    out.append((h, Failure(f"{type(e).__name__}: {e}", detail)))
+        return out
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _in_process(h: Handle, refresh) -> Failure | None:
     from esbench.runner import run_cell_file
 
-    run_cell_file(cd.cell_json, cd.path, on_stage)
+    try:
+        run_cell_file(h.cd.cell_json, h.cd.path, lambda _stage: refresh(h))
+    except Exception as e:  # one failed cell must not stop the others
+        return Failure(f"{type(e).__name__}: {e}", traceback.format_exc())
+    return None
 
 
-def _in_subprocess(cd, on_stage, jobs: int) -> None:
-    """`esbench run-cell` in a child process; its stage lines drive the progress bar. (The cell's backend sets its
-    own CPU threads, `backend.cpu_threads`, so records do not depend on how many cells ran at once.)"""
+def _in_subprocess(cd) -> None:
+    """`esbench run-cell` in a child process; its progress reaches the driver through the cell's events.jsonl. (The
+    cell's backend sets its own CPU threads, `backend.cpu_threads`, so records do not depend on how many cells ran
+    at once.)"""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}  # libraries other than torch: no oversubscription
     cmd = [sys.executable, "-m", "esbench.cli", "run-cell", str(cd.cell_json), "--out", str(cd.path)]
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
-        err: list[str] = []
-        reader = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)
-        reader.start()
-        for line in proc.stdout:
-            prefix, sep, stage = line.rstrip("\n").partition(": ")
-            if sep and stage and not line.startswith("{"):
-                on_stage(stage)
-        proc.wait()
-        reader.join()
+    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     if proc.returncode != 0:
+        err = proc.stderr.splitlines()
         last = next((x.strip() for x in reversed(err) if x.strip()), f"exit status {proc.returncode}")
-        raise CellFailed(f"esbench run-cell exited {proc.returncode}: {last}", "".join(err))
+        raise CellFailed(f"esbench run-cell exited {proc.returncode}: {last}", proc.stderr)
+
+
+def run_cells(cells: list[Cell], dir_of: Callable[[Cell], Path], console, jobs: int = 1) -> list[tuple[Cell, str]]:
+    from esbench.executors import drive
+
+    return drive(LocalExecutor(jobs), cells, dir_of, console)

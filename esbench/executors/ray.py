@@ -33,16 +33,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rich.progress import Progress
-
-from esbench.executors.local import COLUMNS
+from esbench.executors import Failure, Handle, drive, write_cell
 from esbench.executors.remote import execution_env, run_cell_remote
 from esbench.spec import Cell
 
 log = logging.getLogger(__name__)
 
 MAX_RETRIES = 2
-POLL_S = 1.0  # between progress refreshes from the cells' events.jsonl
 
 
 def _task(cell_json: str, directory: str, env: dict[str, str]) -> None:
@@ -69,69 +66,72 @@ def _describe(error: BaseException) -> tuple[str, str]:
     return f"{type(error).__name__}: {error}", f"{type(error).__name__}: {error}\n"
 
 
-def run_cells(
-    cells: list[Cell],
-    dir_of: Callable[[Cell], Path],
-    console,
-    jobs: int = 1,
-    max_retries: int = MAX_RETRIES,
-) -> list[tuple[Cell, str]]:
-    import ray
+class RayExecutor:
+    """Cells as Ray tasks with their resource requests (module docstring)."""
 
-    from esbench.records import CellDir, Events, atomic_write_json
+    message = None
 
-    if not cells:
-        return []
-    from esbench.ray_session import session
+    def __init__(self, jobs: int = 1, max_retries: int = MAX_RETRIES):
+        self.max_retries = max_retries  # `jobs` is the local executor's; Ray schedules what the cluster holds
+        self._session = None
 
-    failed: list[tuple[Cell, str]] = []
-    with session() as tmp:
+    def submit(self, cells: list[Cell], dir_of: Callable[[Cell], Path]) -> list[Handle]:
+        import ray
+
+        from esbench.ray_session import session
+
+        self._session = session()
+        local = self._session.__enter__() is not None  # our own instance: its size is all there is
         totals = ray.cluster_resources()
         remote = ray.remote(_task)
-        with Progress(*COLUMNS, console=console, transient=False) as progress:
-            overall = progress.add_task("cells", total=len(cells))
-
-            def fail(cell: Cell, cd, bar, summary: str, detail: str) -> None:
-                log.error("cell %s (%s) failed:\n%s", cell.id, cell.name, detail)
-                cd.error_log.write_text(detail)
-                failed.append((cell, summary))
-                progress.update(bar, description=f"  {cell.name}: [red]failed[/red]")
-                progress.advance(overall)
-
-            running: dict[Any, tuple[Cell, Any, Any]] = {}
-            for cell in cells:
-                cd = CellDir(dir_of(cell))
-                bar = progress.add_task(f"  {cell.name}: submitted", total=1)
-                atomic_write_json(cd.cell_json, cell.to_json())
-                request = resources(cell.spec, totals.get("GPU", 0))
-                if tmp is not None and any(request[k] > totals.get(r, 0) for k, r in _KEYS.items()):
-                    msg = (
-                        f"cell asks for {request['num_cpus']} CPUs and {request['num_gpus']} GPUs; this machine's Ray "
-                        f"instance has {totals.get('CPU', 0):g} and {totals.get('GPU', 0):g}: it would never start"
-                    )
-                    fail(cell, cd, bar, f"RuntimeError: {msg}", msg + "\n")
-                    continue
-                ref = remote.options(**request, max_retries=max_retries, name=f"esbench {cell.name}").remote(
-                    str(cd.cell_json), str(cd.path), execution_env()
+        env = execution_env()
+        handles = []
+        for cell in cells:
+            h = Handle(cell, write_cell(cell, dir_of))
+            request = resources(cell.spec, totals.get("GPU", 0))
+            if local and any(request[k] > totals.get(r, 0) for k, r in _KEYS.items()):
+                msg = (
+                    f"cell asks for {request['num_cpus']} CPUs and {request['num_gpus']} GPUs; this machine's Ray "
+                    f"instance has {totals.get('CPU', 0):g} and {totals.get('GPU', 0):g}: it would never start"
                 )
-                running[ref] = (cell, cd, bar)
-            while running:
-                done, _ = ray.wait(list(running), num_returns=1, timeout=POLL_S)
-                for cell, cd, bar in running.values():  # progress from the events the remote runner writes
-                    latest = Events(cd.events).latest()
-                    if latest:
-                        progress.update(bar, description=f"  {cell.name}: {latest}")
-                for ref in done:
-                    cell, cd, bar = running.pop(ref)
-                    try:
-                        ray.get(ref)
-                    except Exception as e:  # one failed cell must not stop the others
-                        fail(cell, cd, bar, *_describe(e))
-                        continue
-                    progress.update(bar, completed=1, description=f"  {cell.name}: done")
-                    progress.advance(overall)
-    order = {c.id: i for i, c in enumerate(cells)}
-    return sorted(failed, key=lambda f: order[f[0].id])
+                h.ref = Failure(f"RuntimeError: {msg}", msg + "\n")
+            else:
+                options = {**request, "max_retries": self.max_retries, "name": f"esbench {cell.name}"}
+                h.ref = remote.options(**options).remote(str(h.cd.cell_json), str(h.cd.path), env)
+            handles.append(h)
+        return handles
+
+    def wait(self, handles: list[Handle], timeout: float, refresh) -> list[tuple[Handle, Failure | None]]:
+        import ray
+
+        known = [(h, h.ref) for h in handles if isinstance(h.ref, Failure)]
+        if known:
+            return known
+        by_ref = {h.ref: h for h in handles}
+        done, rest = ray.wait(list(by_ref), num_returns=1, timeout=timeout)
+        if done and rest:
+            more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
+            done += more
+        out = []
+        for ref in done:
+            try:
+                ray.get(ref)
+            except Exception as e:  # one failed cell must not stop the others
+                out.append((by_ref[ref], Failure(*_describe(e))))
+                continue
+            out.append((by_ref[ref], None))
+        return out
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.__exit__(None, None, None)
+            self._session = None
+
+
+def run_cells(
+    cells: list[Cell], dir_of: Callable[[Cell], Path], console, jobs: int = 1, max_retries: int = MAX_RETRIES
+) -> list[tuple[Cell, str]]:
+    return drive(RayExecutor(jobs, max_retries), cells, dir_of, console)
 
 
 _KEYS = {"num_cpus": "CPU", "num_gpus": "GPU"}

@@ -55,9 +55,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rich.progress import Progress
-
-from esbench.executors.local import COLUMNS
+from esbench.executors import Failure, Handle, drive, write_cell
 from esbench.executors.remote import execution_env, run_cell_remote
 from esbench.spec import Cell
 
@@ -144,61 +142,58 @@ def _describe(error: BaseException) -> tuple[str, str]:
     return f"{type(error).__name__}: {first}", detail
 
 
-def run_cells(cells: list[Cell], dir_of: Callable[[Cell], Path], console, jobs: int = 1) -> list[tuple[Cell, str]]:
-    import submitit
+class SlurmExecutor:
+    """One submitit job array per submit, one task per cell (module docstring)."""
 
-    from esbench.records import CellDir, Events, atomic_write_json
+    def __init__(self, jobs: int = 1):
+        self.message: str | None = None  # `jobs` is the local executor's; Slurm decides how many tasks run at once
+        self.name = ""
+        self._jobs: list[Any] = []
 
-    if not cells:
-        return []
-    name = cluster()
-    dirs = [CellDir(dir_of(c)) for c in cells]
-    for cell, cd in zip(cells, dirs, strict=True):
-        atomic_write_json(cd.cell_json, cell.to_json())
-    executor = submitit.AutoExecutor(folder=dirs[0].path.parent / ".submitit" / "%j", cluster=name)
-    executor.update_parameters(**parameters(cells))
-    env = execution_env()
-    jobs_ = executor.map_array(
-        RunCell(), [str(cd.cell_json) for cd in dirs], [str(cd.path) for cd in dirs], [env for _ in dirs]
-    )
-    ids = sorted({str(j.job_id).split("_")[0] for j in jobs_})
-    logs = dirs[0].path.parent / ".submitit"
-    console.print(f"submitted {len(jobs_)} cells to {name} (job {', '.join(ids)}; submitit logs: {logs})")
+    def submit(self, cells: list[Cell], dir_of: Callable[[Cell], Path]) -> list[Handle]:
+        import submitit
 
-    failed: list[tuple[Cell, str]] = []
-    with Progress(*COLUMNS, console=console, transient=False) as progress:
-        overall = progress.add_task("cells", total=len(cells))
-        bars = [progress.add_task(f"  {c.name}: submitted", total=1) for c in cells]
-        pending = dict(enumerate(jobs_))
-        try:
-            while pending:
-                for i, job in list(pending.items()):
-                    if not job.done():
-                        latest = Events(dirs[i].events).latest()  # what the remote runner last reported
-                        if latest:
-                            progress.update(bars[i], description=f"  {cells[i].name}: {latest}")
-                        continue
-                    del pending[i]
-                    cell, cd, bar = cells[i], dirs[i], bars[i]
-                    try:
-                        error = job.exception()
-                    except Exception as e:  # the task never produced a result (killed, cancelled)
-                        error = e
-                    if error is None:
-                        progress.update(bar, completed=1, description=f"  {cell.name}: done")
-                    else:
-                        summary, detail = _describe(error)
-                        log.error("cell %s (%s) failed (job %s):\n%s", cell.id, cell.name, job.job_id, detail)
-                        cd.error_log.write_text(detail)
-                        failed.append((cell, summary))
-                        progress.update(bar, description=f"  {cell.name}: [red]failed[/red]")
-                    progress.advance(overall)
-                if pending:
-                    time.sleep(POLL_S.get(name, 0.5))
-        except BaseException:
-            if name != "slurm":  # local subprocesses must not outlive the driver; Slurm jobs carry on
-                for job in pending.values():
+        self.name = cluster()
+        handles = [Handle(cell, write_cell(cell, dir_of)) for cell in cells]
+        executor = submitit.AutoExecutor(folder=handles[0].cd.path.parent / ".submitit" / "%j", cluster=self.name)
+        executor.update_parameters(**parameters(cells))
+        env = execution_env()
+        self._jobs = executor.map_array(
+            RunCell(), [str(h.cd.cell_json) for h in handles], [str(h.cd.path) for h in handles], [env for _ in handles]
+        )
+        for h, job in zip(handles, self._jobs, strict=True):
+            h.ref = job
+        ids = sorted({str(j.job_id).split("_")[0] for j in self._jobs})
+        logs = handles[0].cd.path.parent / ".submitit"
+        self.message = f"submitted {len(handles)} cells to {self.name} (job {', '.join(ids)}; submitit logs: {logs})"
+        return handles
+
+    def wait(self, handles: list[Handle], timeout: float, refresh) -> list[tuple[Handle, Failure | None]]:
+        deadline = time.monotonic() + timeout
+        while True:
+            finished = [h for h in handles if h.ref.done()]
+            if finished or time.monotonic() >= deadline:
+                break
+            time.sleep(min(POLL_S.get(self.name, 0.5), max(deadline - time.monotonic(), 0.0)))
+        out = []
+        for h in finished:
+            try:
+                error = h.ref.exception()
+            except Exception as e:  # the task never produced a result (killed, cancelled)
+                error = e
+            if error is None:
+                out.append((h, None))
+            else:
+                summary, detail = _describe(error)
+                out.append((h, Failure(summary, f"job {h.ref.job_id}\n{detail}")))
+        return out
+
+    def close(self) -> None:
+        if self.name != "slurm":  # local subprocesses must not outlive the driver; Slurm jobs carry on
+            for job in self._jobs:
+                if not job.done():
                     job.cancel(check=False)
-            raise
-    order = {c.id: i for i, c in enumerate(cells)}
-    return sorted(failed, key=lambda f: order[f[0].id])
+
+
+def run_cells(cells: list[Cell], dir_of: Callable[[Cell], Path], console, jobs: int = 1) -> list[tuple[Cell, str]]:
+    return drive(SlurmExecutor(jobs), cells, dir_of, console)
