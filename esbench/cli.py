@@ -130,7 +130,19 @@ def cmd_run(args) -> int:
     else:
         console.print(f"{suite.name}: {len(pending)} of {len(cells)} cells to run (output: {root})")
         dir_of = lambda c: cell_dir(args.out, suite.name, c.id)  # noqa: E731
-        failed = get_executor(args.executor)(pending, dir_of, console, jobs=args.jobs)
+        options = {}
+        if args.runtime != "local":
+            from esbench.executors.container import ContainerRuntime
+
+            if args.executor != "local":
+                print("esbench run: --runtime works with the local executor (ray/slurm: not yet)", file=sys.stderr)
+                return 2
+            try:
+                options["runtime"] = ContainerRuntime.from_options(args.runtime, args.image, args.mount)
+            except ValueError as e:
+                print(f"esbench run: {e}", file=sys.stderr)
+                return 2
+        failed = get_executor(args.executor)(pending, dir_of, console, jobs=args.jobs, **options)
         if failed:
             console.print(summary_table(suite.name, _records(args.out, suite, cells)))
             for c, err in failed:
@@ -194,6 +206,10 @@ def cmd_run_cell(args) -> int:
     from esbench.runner import run_cell_file
 
     _execution_env(args)
+    if args.container_digest:
+        from esbench import provenance
+
+        provenance.CONTAINER.update(image=args.container_image, digest=args.container_digest)
     cell_json = Path(args.cell_json)
     try:
         spec = json.loads(cell_json.read_text())
@@ -298,7 +314,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="cells run at once by the local executor, each an `esbench run-cell` process with cores/jobs threads "
         "(default 1: one after another, in this process)",
     )
-    r.add_argument("--runtime", default="local", choices=["local"], help="how cells run (containers: planned)")
+    r.add_argument(
+        "--runtime",
+        default="local",
+        choices=["local", "podman", "docker", "apptainer"],
+        help="run each cell's `esbench run-cell` in a container image (--image), GPU passed through; the record "
+        "carries the image digest the runtime reports (esbench/executors/container.py)",
+    )
+    r.add_argument("--image", help="the image for --runtime: name@sha256:digest, name:tag, or a .sif file")
+    r.add_argument(
+        "--mount", action="append", default=[], help="extra SRC[:DST][:ro] bind mount for --runtime (repeatable)"
+    )
     _add_execution_options(r)
     r.add_argument(
         "--ray-address",
@@ -317,6 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
     rc.add_argument("cell_json", help="a cell.json written by esbench (runs/<suite>/<id>/cell.json)")
     rc.add_argument("--out", required=True, help="the cell's folder (record.json, samples/, train.jsonl)")
     _add_execution_options(rc)
+    rc.add_argument("--container-image", help=argparse.SUPPRESS)  # set by a container runtime on the host
+    rc.add_argument("--container-digest", help=argparse.SUPPRESS)
     rc.set_defaults(fn=cmd_run_cell)
 
     rp = sub.add_parser("report", help="paper-layout tables and plots of a run folder (runs/<suite>)")

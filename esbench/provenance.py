@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import shutil
@@ -66,14 +67,32 @@ def _gpu() -> dict[str, Any]:
     return info
 
 
+# The image a cell runs in, as the container runtime reported it on the host (`run-cell --container-image/-digest`).
+CONTAINER: dict[str, str | None] = {"image": None, "digest": None}
+# Baked into the image at build time (Dockerfile): esbench's commit, the lock's hash and the base image's digest.
+BUILD_INFO = Path("/etc/esbench/build.json")
+
+
+def _build_info() -> dict[str, Any]:
+    try:
+        return json.loads(BUILD_INFO.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def environment() -> dict[str, Any]:
     git = _git_commit()
+    build = _build_info()
+    if git["commit"] is None and build.get("commit"):  # an installed esbench in the image: no git checkout
+        git = {"commit": build["commit"], "dirty": False}
     return {
         "esbench": esbench.__version__,
         "git_commit": git["commit"],
         "git_dirty": git["dirty"],
-        # Set by the container runtime (the image is pinned by digest); None for a local run.
-        "container_image_digest": os.environ.get("ESBENCH_IMAGE_DIGEST"),
+        # read from the container runtime by the host (`esbench.executors.container`); None for a local run
+        "container_image_digest": CONTAINER["digest"],
+        "container_image": CONTAINER["image"],
+        "build": build or None,
         "python": platform.python_version(),
         "packages": {p: _version(p) for p in PACKAGES},
         "platform": platform.platform(),

@@ -32,19 +32,37 @@ class CellFailed(RuntimeError):
 
 class LocalExecutor:
     """`jobs=1`: each `wait` runs the next cell in this process (the main thread: vLLM and signals need it).
-    `jobs=N`: N `esbench run-cell` child processes at a time, from a thread pool."""
+    `jobs=N`: N `esbench run-cell` child processes at a time, from a thread pool. With a container `runtime`, each
+    cell is `esbench run-cell` in the image (`executors.container`), `jobs` at a time."""
 
     message = None
 
-    def __init__(self, jobs: int = 1):
-        self.jobs = jobs
-        self.pool = ThreadPoolExecutor(max_workers=jobs) if jobs > 1 else None
+    def __init__(self, jobs: int = 1, runtime=None):
+        self.jobs, self.runtime = jobs, runtime
+        self.pool = ThreadPoolExecutor(max_workers=jobs) if jobs > 1 or runtime is not None else None
+        self.digest = runtime.digest() if runtime is not None else None
+        if runtime is not None:
+            self.message = f"cells run in {runtime.kind} image {runtime.image} ({self.digest})"
 
     def submit(self, cells: list[Cell], dir_of: Callable[[Cell], Path]) -> list[Handle]:
+        from esbench.executors.container import cell_uses_gpu
+
         handles = [Handle(cell, write_cell(cell, dir_of)) for cell in cells]
         if self.pool is not None:
             for h in handles:
-                h.ref = self.pool.submit(_in_subprocess, h.cd)
+                if self.runtime is None:
+                    cmd = [
+                        sys.executable,
+                        "-m",
+                        "esbench.cli",
+                        "run-cell",
+                        str(h.cd.cell_json),
+                        "--out",
+                        str(h.cd.path),
+                    ]
+                else:
+                    cmd = self.runtime.command(h.cd.cell_json, h.cd.path, cell_uses_gpu(h.cell.spec), self.digest)
+                h.ref = self.pool.submit(_in_subprocess, cmd)
         return handles
 
     def wait(self, handles: list[Handle], timeout: float, refresh) -> list[tuple[Handle, Failure | None]]:
@@ -78,12 +96,11 @@ def _in_process(h: Handle, refresh) -> Failure | None:
     return None
 
 
-def _in_subprocess(cd) -> None:
-    """`esbench run-cell` in a child process; its progress reaches the driver through the cell's events.jsonl. (The
-    cell's backend sets its own CPU threads, `backend.cpu_threads`, so records do not depend on how many cells ran
-    at once.)"""
+def _in_subprocess(cmd: list[str]) -> None:
+    """`esbench run-cell` in a child process (or a container); its progress reaches the driver through the cell's
+    events.jsonl. (The cell's backend sets its own CPU threads, `backend.cpu_threads`, so records do not depend on
+    how many cells ran at once.)"""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}  # libraries other than torch: no oversubscription
-    cmd = [sys.executable, "-m", "esbench.cli", "run-cell", str(cd.cell_json), "--out", str(cd.path)]
     proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     if proc.returncode != 0:
         err = proc.stderr.splitlines()

