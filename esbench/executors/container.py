@@ -8,8 +8,8 @@ The runtime:
   inside, plus any `--mount SRC[:DST][:ro]`;
 - passes the GPU when the cell runs on one (`--device nvidia.com/gpu=all` for podman through CDI, `--gpus all` for
   docker, `--nv` for apptainer), with `--ipc=host` (PyTorch and vLLM share memory between processes);
-- runs as the calling user (`--user UID:GID` for docker, `--userns=keep-id` for rootless podman; apptainer does so
-  already), so files in the run folder stay the user's;
+- runs as the calling user (`--user UID:GID`, with `--userns=keep-id` for rootless podman; apptainer does so
+  already), so files in the run folder stay the user's, whatever USER the image names;
 - pins the environment: only the variables in `PASSED_ENV` cross (HF settings and esbench's execution options), with
   `--cleanenv` for apptainer;
 - reads the image digest from the runtime itself (`podman/docker image inspect`, the SHA-256 of a `.sif` file) and
@@ -165,10 +165,9 @@ class ContainerRuntime:
         cmd = [self.binary, *self.global_args, "run", "--rm", "--ipc=host", f"--network={self.network}", *self.run_args]
         if gpu:
             cmd += ["--gpus", "all"] if self.kind == "docker" else ["--device", "nvidia.com/gpu=all"]
-        if self.kind == "docker":
-            cmd += ["--user", f"{os.getuid()}:{os.getgid()}"]
-        elif os.geteuid() != 0:  # rootless podman: files written in the run folder stay the caller's
+        if self.kind == "podman" and os.geteuid() != 0:  # rootless: the caller's uid inside maps to the caller
             cmd += ["--userns=keep-id"]
+        cmd += ["--user", f"{os.getuid()}:{os.getgid()}"]  # files written in the run folder stay the caller's
         for m in mounts:
             cmd += ["--volume", f"{m.source}:{m.target}:{'ro' if m.readonly else 'rw'}"]
         for k, v in sorted(env.items()):
