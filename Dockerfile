@@ -21,9 +21,11 @@ FROM ${UV_IMAGE} AS uv
 FROM ${CPU_BASE} AS cpu
 ARG CPU_BASE
 ARG ESBENCH_COMMIT=unknown
-# torch 2.13.0+cpu is not on PyPI: PyTorch's CPU index, or PIP_FIND_LINKS=<folder> with the wheel (make image-cpu)
+# torch 2.13.0+cpu is not on PyPI: PyTorch's CPU index, or PIP_FIND_LINKS=<folder> with the wheel (make image-cpu).
+# PIP_CERT: a CA bundle for networks that re-sign TLS (make image-cpu passes the host's). Unset unless given.
 ARG TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu
-ARG PIP_FIND_LINKS=""
+ARG PIP_FIND_LINKS
+ARG PIP_CERT
 ENV VIRTUAL_ENV=/opt/esbench PATH=/opt/esbench/bin:$PATH PYTHONUNBUFFERED=1 \
     VLLM_ENABLE_V1_MULTIPROCESSING=0 HF_HOME=/cache/huggingface ESBENCH_CACHE=/cache/esbench
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]

@@ -26,6 +26,9 @@ args=(--build-arg "CPU_BASE=$CPU_BASE" --build-arg "ESBENCH_COMMIT=$(git rev-par
 if [ -d "$WHEELS" ]; then
   args+=(--volume "$WHEELS:/wheels:ro" --build-arg PIP_FIND_LINKS=/wheels --build-arg TORCH_CPU_INDEX=https://pypi.org/simple)
 fi
+if [ -f /etc/ssl/certs/ca-certificates.crt ]; then  # the host's CAs (a TLS-intercepting proxy signs with its own)
+  args+=(--volume /etc/ssl/certs/ca-certificates.crt:/etc/esbench-host-ca.crt:ro --build-arg PIP_CERT=/etc/esbench-host-ca.crt)
+fi
 buildah "${STORAGE[@]}" bud --isolation chroot --target cpu "${args[@]}" -t "$IMAGE" .
 size=$(podman "${STORAGE[@]}" image inspect --format '{{.Size}}' "$IMAGE")
 digest=$(podman "${STORAGE[@]}" image inspect --format '{{.Digest}}' "$IMAGE")
