@@ -31,9 +31,17 @@ ENV VIRTUAL_ENV=/opt/esbench PATH=/opt/esbench/bin:$PATH PYTHONUNBUFFERED=1 \
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN python3 -m venv /opt/esbench
 COPY locks/cpu.txt /opt/esbench/lock.txt
-RUN pip install --no-cache-dir --require-hashes --no-deps --extra-index-url "${TORCH_CPU_INDEX}" \
+# pycosat (reasoning-gym) is published as source only: a C compiler (and Python's headers where the base lacks them)
+# is installed for the build and removed with it; hence no pinned apt versions here.
+# hadolint ignore=DL3008
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && extra="" && { python3 -c "import os, sysconfig; assert os.path.exists(sysconfig.get_path('include') + '/Python.h')" \
+        || extra="python3-dev"; } \
+    && if [ -n "$extra" ]; then apt-get install -y --no-install-recommends "$extra"; fi \
+    && pip install --no-cache-dir --require-hashes --no-deps --extra-index-url "${TORCH_CPU_INDEX}" \
         -r /opt/esbench/lock.txt \
-    && pip uninstall -y -q torchvision torchaudio torchcodec triton
+    && pip uninstall -y -q torchvision torchaudio torchcodec triton \
+    && apt-get purge -y gcc libc6-dev ${extra:+"$extra"} && apt-get autoremove -y && rm -rf /var/lib/apt/lists/*
 COPY pyproject.toml README.md /src/
 COPY esbench /src/esbench
 RUN pip install --no-cache-dir --no-deps /src \
