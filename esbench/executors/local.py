@@ -62,7 +62,7 @@ class LocalExecutor:
                     ]
                 else:
                     cmd = self.runtime.command(h.cd.cell_json, h.cd.path, cell_uses_gpu(h.cell.spec), self.digest)
-                h.ref = self.pool.submit(_in_subprocess, cmd)
+                h.ref = self.pool.submit(run_command, cmd)
         return handles
 
     def wait(self, handles: list[Handle], timeout: float, refresh) -> list[tuple[Handle, Failure | None]]:
@@ -96,7 +96,7 @@ def _in_process(h: Handle, refresh) -> Failure | None:
     return None
 
 
-def _in_subprocess(cmd: list[str]) -> None:
+def run_command(cmd: list[str]) -> None:
     """`esbench run-cell` in a child process (or a container); its progress reaches the driver through the cell's
     events.jsonl. (The cell's backend sets its own CPU threads, `backend.cpu_threads`, so records do not depend on
     how many cells ran at once.)"""

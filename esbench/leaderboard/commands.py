@@ -83,8 +83,23 @@ def cmd_reproduce(args) -> int:
     rule = load_release(Path(args.root), args.release)["rule"]
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="esbench-reproduce-"))
     console = Console(stderr=True)
+    runtime = None
+    if args.runtime != "local":
+        from esbench.executors.container import ContainerRuntime
+
+        try:
+            runtime = ContainerRuntime.from_options(args.runtime, args.image, args.mount)
+        except ValueError as e:
+            print(f"esbench leaderboard reproduce: {e}", file=sys.stderr)
+            return EXIT_INVALID
     checks = reproduce(
-        path, out, rule, args.only, args.exact, on_cell=lambda c: console.print(f"re-running {c.name} into {out}")
+        path,
+        out,
+        rule,
+        args.only,
+        args.exact,
+        on_cell=lambda c: console.print(f"re-running {c.name} into {out}"),
+        runtime=runtime,
     )
     if not checks:
         print(f"esbench leaderboard reproduce: no cell of {path} matches --only {args.only}", file=sys.stderr)
@@ -180,6 +195,9 @@ def add_parsers(sub) -> None:
     rp.add_argument("--out", help="folder for the re-runs (resumable; default: a new temporary folder)")
     rp.add_argument("--exact", action="store_true", help="fail any cell whose weights or samples are not identical")
     rp.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    rp.add_argument("--runtime", default="local", choices=["local", "podman", "docker", "apptainer"])
+    rp.add_argument("--image", help="the image for --runtime (name@sha256:digest, name:tag or .sif)")
+    rp.add_argument("--mount", action="append", default=[], help="extra SRC[:DST][:ro] bind mount (repeatable)")
     rp.add_argument("--root", default=str(default_root()), help=root_help)
     rp.add_argument("--release", default=CURRENT, help=f"release id (default: {CURRENT})")
     rp.set_defaults(fn=cmd_reproduce)

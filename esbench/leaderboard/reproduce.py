@@ -90,8 +90,11 @@ def reproduce(
     only: list[str] | None = None,
     exact: bool = False,
     on_cell=None,
+    runtime=None,
 ) -> list[CellCheck]:
-    """Re-run the cells of the submission at `path` (those matching `only`) under `out`, and compare each."""
+    """Re-run the cells of the submission at `path` (those matching `only`) under `out`, and compare each.
+
+    With a container `runtime` (`esbench.executors.container.ContainerRuntime`) each cell re-runs in its image."""
     from esbench.runner import run_cell
     from esbench.spec import Cell
 
@@ -105,7 +108,7 @@ def reproduce(
         if on_cell:
             on_cell(cell)
         try:
-            rerun = run_cell(cell, Path(out) / cell.id)
+            rerun = run_cell(cell, Path(out) / cell.id) if runtime is None else _in_container(runtime, cell, out)
         except Exception as e:  # a cell that cannot be re-run here (a plug-in not installed, no GPU) is a reason
             checks.append(CellCheck(cell.id, cell.name, "failed", reasons=[f"re-run failed: {type(e).__name__}: {e}"]))
             continue
@@ -116,3 +119,13 @@ def reproduce(
             check.status = "failed"
         checks.append(check)
     return checks
+
+
+def _in_container(runtime, cell, out: Path) -> dict[str, Any]:
+    from esbench.executors import write_cell
+    from esbench.executors.container import cell_uses_gpu
+    from esbench.executors.local import run_command
+
+    cd = write_cell(cell, lambda c: Path(out) / c.id)
+    run_command(runtime.command(cd.cell_json, cd.path, cell_uses_gpu(cell.spec), runtime.digest()))
+    return json.loads(cd.record.read_text())

@@ -206,3 +206,23 @@ def test_a_mount_must_name_a_source():
     assert Mount.parse("/a:/b") == Mount("/a", "/b", False)
     with pytest.raises(ValueError, match="SRC"):
         Mount.parse(":ro")
+
+
+def test_leaderboard_reproduce_reruns_a_submitted_cell_in_the_image(tmp_path, tiny_model_dir, monkeypatch):
+    """`esbench leaderboard reproduce --runtime docker`: the committed submission's base cell, re-run through the
+    (fake) docker binary, is bit-identical to the submitted one."""
+    from esbench.cli import main
+
+    image = "ghcr.io/esbench/esbench:cpu"
+    fake = tmp_path / "bin" / "docker"
+    fake.parent.mkdir()
+    log = tmp_path / "docker.log"
+    fake.write_text(FAKE_DOCKER.format(log=log, digest="d" * 64, image_id="e" * 64, image=image, python=sys.executable))
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    submission = REPO / "leaderboard" / "submissions" / "tiny-random-search"
+    args = ["leaderboard", "reproduce", str(submission), "--only", "*/base/*", "--exact", "--out", str(tmp_path / "o")]
+    assert main([*args, "--runtime", "docker", "--image", image, "--root", str(REPO / "leaderboard")]) == 0
+    assert any(line.startswith("run --rm") for line in log.read_text().splitlines())
+    (record,) = (tmp_path / "o").glob("*/record.json")
+    assert json.loads(record.read_text())["provenance"]["container_image_digest"] == "sha256:" + "d" * 64
