@@ -45,10 +45,9 @@ RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
 COPY pyproject.toml README.md /src/
 COPY esbench /src/esbench
 RUN pip install --no-cache-dir --no-deps /src \
-    && mkdir -p /etc/esbench /cache \
-    && python3 -c "import json, hashlib, esbench; print(json.dumps({'esbench': esbench.__version__, \
-'commit': '${ESBENCH_COMMIT}', 'target': 'cpu', 'base': '${CPU_BASE}', \
-'lock_sha256': hashlib.sha256(open('/opt/esbench/lock.txt', 'rb').read()).hexdigest()}))" > /etc/esbench/build.json \
+    && mkdir -p /cache \
+    && python3 -c "from esbench.provenance import write_build_info as w; \
+w('cpu', '${CPU_BASE}', '${ESBENCH_COMMIT}', '/opt/esbench/lock.txt')" \
     && useradd --create-home --uid 1000 esbench && chown esbench /cache
 USER 1000
 WORKDIR /home/esbench
@@ -70,10 +69,9 @@ RUN uv pip install --no-cache --require-hashes --no-deps -r /opt/esbench/lock.tx
 COPY pyproject.toml README.md /src/
 COPY esbench /src/esbench
 RUN uv pip install --no-cache --no-deps /src \
-    && mkdir -p /etc/esbench /cache \
-    && python -c "import json, hashlib, esbench; print(json.dumps({'esbench': esbench.__version__, \
-'commit': '${ESBENCH_COMMIT}', 'target': 'gpu', 'base': '${GPU_BASE}', \
-'lock_sha256': hashlib.sha256(open('/opt/esbench/lock.txt', 'rb').read()).hexdigest()}))" > /etc/esbench/build.json \
+    && mkdir -p /cache \
+    && python -c "from esbench.provenance import write_build_info as w; \
+w('gpu', '${GPU_BASE}', '${ESBENCH_COMMIT}', '/opt/esbench/lock.txt')" \
     && useradd --create-home --uid 1000 esbench && chown esbench /cache
 USER 1000
 WORKDIR /home/esbench

@@ -73,6 +73,21 @@ CONTAINER: dict[str, str | None] = {"image": None, "digest": None}
 BUILD_INFO = Path("/etc/esbench/build.json")
 
 
+def write_build_info(target: str, base: str, commit: str, lock: str, path: Path = BUILD_INFO) -> None:
+    """Bake the image's build facts (the Dockerfile calls this in both targets)."""
+    import hashlib
+
+    info = {
+        "esbench": esbench.__version__,
+        "commit": commit,
+        "target": target,
+        "base": base,
+        "lock_sha256": hashlib.sha256(Path(lock).read_bytes()).hexdigest(),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(info, indent=2) + "\n")
+
+
 def _build_info() -> dict[str, Any]:
     try:
         return json.loads(BUILD_INFO.read_text())

@@ -164,16 +164,24 @@ exec "{python}" -m esbench.cli "$@"
 """
 
 
+def _fake_docker(tmp_path, monkeypatch, image: str, digit: str) -> Path:
+    """`docker` on PATH reporting the registry digest sha256:<digit x 64>; returns the file its calls are logged to."""
+    fake = tmp_path / "bin" / "docker"
+    fake.parent.mkdir()
+    log = tmp_path / "docker.log"
+    fake.write_text(
+        FAKE_DOCKER.format(log=log, digest=digit * 64, image_id="c" * 64, image=image, python=sys.executable)
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    return log
+
+
 def test_a_cell_runs_through_a_docker_binary_and_records_what_it_reports(tmp_path, tiny_model_dir, monkeypatch):
     from esbench.cli import main
 
     image = "ghcr.io/esbench/esbench:cpu"
-    fake = tmp_path / "bin" / "docker"
-    fake.parent.mkdir()
-    log = tmp_path / "docker.log"
-    fake.write_text(FAKE_DOCKER.format(log=log, digest="b" * 64, image_id="c" * 64, image=image, python=sys.executable))
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    log = _fake_docker(tmp_path, monkeypatch, image, "b")
     suite = tmp_path / "d.yaml"
     suite.write_text(small_suite("docker"))
     assert (
@@ -214,12 +222,7 @@ def test_leaderboard_reproduce_reruns_a_submitted_cell_in_the_image(tmp_path, ti
     from esbench.cli import main
 
     image = "ghcr.io/esbench/esbench:cpu"
-    fake = tmp_path / "bin" / "docker"
-    fake.parent.mkdir()
-    log = tmp_path / "docker.log"
-    fake.write_text(FAKE_DOCKER.format(log=log, digest="d" * 64, image_id="e" * 64, image=image, python=sys.executable))
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    log = _fake_docker(tmp_path, monkeypatch, image, "d")
     submission = REPO / "leaderboard" / "submissions" / "tiny-random-search"
     args = ["leaderboard", "reproduce", str(submission), "--only", "*/base/*", "--exact", "--out", str(tmp_path / "o")]
     assert main([*args, "--runtime", "docker", "--image", image, "--root", str(REPO / "leaderboard")]) == 0
