@@ -15,7 +15,7 @@ What differs, and why:
   does not do: teacher-forced full-distribution entropy, saving, the state hash, and TRL's GRPO training. The two
   follow each other: after an edit in the engine the HF copy is refreshed before its next use; once `.model` is
   handed out (GRPO trains it in place), its weights are pushed into the engine before every engine use, until the
-  engine is edited again.
+  caller releases it (`release_model`, once training is over) or the engine is edited again.
 - Sampling is seeded per prompt (`SamplingParams.seed`), so a prompt's samples do not depend on how prompts are
   batched. With no seed given, one is drawn from torch's global generator, which the runner seeds: a run repeats.
 - `cast` to another dtype restarts the engine at that dtype (vLLM's dtype is fixed per engine).
@@ -185,6 +185,13 @@ class VLLMBackend:
         self._sync_hf()
         self._owner = "hf"
         return self.hf.model
+
+    def release_model(self) -> None:
+        """The caller is done changing `.model` in place (GRPO after training): push its weights into the engine
+        once, and stop pushing them before every engine use (on a 7B model that is a 15 GB copy per call)."""
+        if self._owner == "hf":
+            self._sync_engine()
+            self._owner = "both"
 
     @property
     def device(self) -> torch.device:

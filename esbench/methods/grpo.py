@@ -224,6 +224,9 @@ class GRPO(Method):
         if trainer.model is not model:
             raise RuntimeError("TRL returned a different model object; the backend would not see the trained weights")
         model.eval()
+        release = getattr(backend, "release_model", None)  # vLLM: the engine takes the trained weights back, once
+        if release is not None:
+            release()
         per_update = config.ppo_minibatch_prompts * config.num_generations
         counters["rollouts"] = budget * per_update
         counters["generated_tokens"] = int(

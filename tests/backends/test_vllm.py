@@ -240,6 +240,16 @@ def test_the_hf_copy_and_the_engine_follow_each_other(pair, arith_prompts):
         assert torch.equal(
             vb.parameters()["model.layers.1.mlp.up_proj.weight"], model.model.layers[1].mlp.up_proj.weight
         )
+        pushes = []
+        real_rpc = vb._rpc
+        vb._rpc = lambda method, *a: (pushes.append(method), real_rpc(method, *a))[1]
+        try:
+            vb.release_model()  # training is over: one push, then the engine owns the weights again
+            vb.generate(["Q 1+2=?\n"], max_new_tokens=4)
+            vb.generate(["Q 1+2=?\n"], max_new_tokens=4)
+        finally:
+            vb._rpc = real_rpc
+        assert pushes.count("esbench_load") == 1
         editor = vb.weight_editor()  # now the engine is edited, and the HF copy follows it
         editor.update([21], [0.05])
         pulled = dict(vb.model.named_parameters())
