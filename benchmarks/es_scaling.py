@@ -36,7 +36,7 @@ def main() -> None:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     torch.set_num_threads(1)
     from esbench.backends.hf import HFBackend
-    from esbench.es.population import RayPopulation, Rollout, roll_out_member
+    from esbench.es.population import LocalPopulation, RayPopulation, Rollout
 
     model, tok, prompts = load(args.model, "cpu", "float32")
     backend = HFBackend(model, tok, device="cpu", cpu_threads=1)
@@ -45,9 +45,10 @@ def main() -> None:
     prompts = prompts[: args.batch]
     seeds, coeffs = [1, 2], [1e-4, -1e-4]
 
+    local = LocalPopulation(backend, editor, spec, 0)
+
     def local_update(step: int) -> None:
-        for i in range(args.population):
-            roll_out_member(backend, editor, spec, 0, step, i, prompts)
+        local.roll_out(step, prompts)
         editor.update(seeds, coeffs)
 
     t = time.perf_counter()
@@ -65,7 +66,7 @@ def main() -> None:
             for step in range(args.updates):
                 pop.roll_out(step, prompts)
                 editor.update(seeds, coeffs)
-                pop.update(seeds, coeffs, 0.0, backend.checksum(), step)
+                pop.update(seeds, coeffs, 0.0, step)
             many = (time.perf_counter() - t) / args.updates
         finally:
             pop.close()

@@ -157,13 +157,14 @@ class Events:
                 continue
         return out
 
-    def latest(self) -> str | None:
-        """What the newest event says, for a progress bar: the stage name, or the event itself."""
+    def attempt(self) -> tuple[int, str] | None:
+        """The latest attempt, for a progress bar: (stages it has passed, what its newest event says)."""
         rows = self.read()
-        if not rows:
+        starts = [i for i, r in enumerate(rows) if r["event"] == "started"]
+        if not starts:
             return None
         last = rows[-1]
-        return last.get("stage") or last["event"]
+        return sum(r["event"] == "stage" for r in rows[starts[-1] :]), last.get("stage") or last["event"]
 
 
 class CellBusy(RuntimeError):

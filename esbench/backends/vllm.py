@@ -115,7 +115,7 @@ class VLLMBackend:
         self.llm = None
         # Which copy of the weights is current: "both"; "engine" (edited in the worker; the HF copy is refreshed
         # before its next use); or "hf" (the HF model was handed out and may change at any time, e.g. under TRL,
-        # so it is pushed into the engine before every engine use, until the engine is edited again).
+        # so it is pushed into the engine before every engine use, until `release_model` or an engine edit).
         self._owner = "both"
         self._start_engine()
 
@@ -155,7 +155,7 @@ class VLLMBackend:
         shutil.rmtree(self._folder, ignore_errors=True)
 
     def _rpc(self, method: str, *args: Any) -> Any:
-        """Call a worker-extension method on every worker; all workers must agree (a single engine has one)."""
+        """Call a worker-extension method; the engine has one worker (tensor parallelism is refused at setup)."""
         results = self.llm.collective_rpc(method, args=args)
         return results[0]
 
@@ -351,7 +351,6 @@ class EngineEditor:
         self.precision = precision
         self.key = next(_EDITOR_KEYS)
         self._numel = backend._rpc("esbench_editor_new", self.key, precision)
-        self.last_checksum: str | None = None
 
     def _call(self, op: str, *args: Any) -> Any:
         self.backend._engine_edited()
@@ -367,9 +366,7 @@ class EngineEditor:
         self._call("restore")
 
     def update(self, seeds, coeffs, decay: float = 0.0, anchor=None) -> dict[str, Any]:
-        out = self._call("update", list(seeds), list(coeffs), decay, anchor)
-        self.last_checksum = out["checksum"]
-        return out
+        return self._call("update", list(seeds), list(coeffs), decay, anchor)
 
     def rms_diff(self, before) -> float:
         return self._call("rms_diff", before)

@@ -113,7 +113,7 @@ class ESWorkerExtension:
         if next(model.parameters()).device.type == "cpu":
             unpacked = unpack_cpu_linears(model, checkpoint)
         self._esb_views = hf_views(model)
-        self._esb_editors: dict[int, WeightEditor] = {}
+        self._esb_editor: tuple[int, WeightEditor] | None = None  # (key, editor): one at a time
         self._esb_sums: dict[str, int] | None = None
         names = set(self._esb_views)
         if names != set(checkpoint):
@@ -160,12 +160,11 @@ class ESWorkerExtension:
 
     # -- the ES editor ------------------------------------------------------------------------------------------
     def esbench_editor_new(self, key: int, precision: str) -> int:
+        """A new editor replaces the previous one: each holds an fp32 master of the whole model (28 GB for 7B), and
+        no recipe or analysis uses two at once."""
         self._esb_verify()
-        self._esb_editors[key] = WeightEditor(self._esb_views, precision)  # type: ignore[arg-type]
-        return self._esb_editors[key].numel()
-
-    def esbench_editor_drop(self, key: int) -> None:
-        self._esb_editors.pop(key, None)
+        self._esb_editor = (key, WeightEditor(self._esb_views, precision))  # type: ignore[arg-type]
+        return self._esb_editor[1].numel()
 
     def esbench_editor(self, key: int, op: str, *args: Any) -> Any:
         """Run one `WeightEditor` operation, checking the weights at rest before it and recording them after it.
@@ -175,7 +174,9 @@ class ESWorkerExtension:
         one record per update. In `paper-bf16` a restore leaves a residual, so each restore is recorded and each
         perturbation checked: two per member.
         """
-        editor = self._esb_editors[key]
+        if self._esb_editor is None or self._esb_editor[0] != key:
+            raise RuntimeError("this ES editor was replaced by a newer one on the same engine")
+        editor = self._esb_editor[1]
         exact = editor.precision == "fp32-master"
         if op == "update" or (op == "perturb" and not exact):
             self._esb_verify()

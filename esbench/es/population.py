@@ -69,6 +69,15 @@ def roll_out_member(backend, editor, spec: Rollout, run_seed: int, step: int, in
         editor.restore()
 
 
+def roll_out_members(backend, editor, spec: Rollout, run_seed: int, step: int, indices, prompts: Sequence[str]):
+    """`roll_out_member` for each of `indices`, as (text, generated tokens) per prompt: what crosses to the driver."""
+    out = []
+    for i in indices:
+        gens = roll_out_member(backend, editor, spec, run_seed, step, i, prompts)
+        out.append([(g[0].text, g[0].tokens) for g in gens])
+    return out
+
+
 def blocks(n: int, workers: int) -> list[list[int]]:
     """Members 0..n-1 dealt to `workers` in contiguous blocks, sizes differing by at most one."""
     base, extra = divmod(n, workers)
@@ -78,6 +87,23 @@ def blocks(n: int, workers: int) -> list[list[int]]:
         out.append(list(range(start, start + size)))
         start += size
     return out
+
+
+class LocalPopulation:
+    """W = 1: every member rolled out in the cell's own process, on its backend; the driver is the only replica."""
+
+    def __init__(self, backend, editor, spec: Rollout, run_seed: int):
+        self.backend, self.editor, self.spec, self.run_seed = backend, editor, spec, run_seed
+
+    def roll_out(self, step: int, prompts: Sequence[str]) -> list[list[tuple[str, int]]]:
+        members = range(self.spec.population)
+        return roll_out_members(self.backend, self.editor, self.spec, self.run_seed, step, members, prompts)
+
+    def update(self, seeds: list[int], coeffs: list[float], decay: float, step: int) -> None:
+        """Nothing to do: the driver's editor has applied the update to the only replica."""
+
+    def close(self) -> None:
+        pass
 
 
 class ESActor:
@@ -98,11 +124,7 @@ class ESActor:
         self.run_seed, self.spec = run_seed, Rollout(**spec)
 
     def roll_out(self, step: int, indices: list[int], prompts: list[str]) -> list[list[tuple[str, int]]]:
-        out = []
-        for i in indices:
-            gens = roll_out_member(self.backend, self.editor, self.spec, self.run_seed, step, i, prompts)
-            out.append([(g[0].text, g[0].tokens) for g in gens])
-        return out
+        return roll_out_members(self.backend, self.editor, self.spec, self.run_seed, step, indices, prompts)
 
     def update(self, seeds: list[int], coeffs: list[float], decay: float) -> str:
         self.editor.update(seeds, coeffs, decay, self.anchor)
@@ -127,7 +149,7 @@ class RayPopulation:
                 f"--es-workers {workers} needs precision fp32-master: {editor.precision} restores leave residuals "
                 "that depend on which members a replica evaluated, so replicas would diverge; run it with 1 worker"
             )
-        self.workers, self.spec, self.run_seed = workers, spec, run_seed
+        self.backend, self.workers, self.spec, self.run_seed = backend, workers, spec, run_seed
         folder = Path(workdir) / "es-replica"
         backend.save(folder)
         save_file({k: v.contiguous() for k, v in editor.master_state().items()}, str(folder / "master.safetensors"))
@@ -161,11 +183,12 @@ class RayPopulation:
         refs = [a.roll_out.remote(step, idx, list(prompts)) for a, idx in zip(self.actors, parts, strict=True)]
         return [member for part in ray.get(refs) for member in part]
 
-    def update(self, seeds: list[int], coeffs: list[float], decay: float, expected: str, step: int) -> None:
+    def update(self, seeds: list[int], coeffs: list[float], decay: float, step: int) -> None:
+        """Every actor applies the update the driver has applied; their checksums must equal the driver's."""
         import ray
 
         sums = ray.get([a.update.remote(seeds, coeffs, decay) for a in self.actors])
-        self._compare(sums, expected, step)
+        self._compare(sums, self.backend.checksum(), step)
 
     def check(self, expected: str, step: int | None) -> None:
         import ray

@@ -112,13 +112,10 @@ def drive(executor: Executor, cells: list[Cell], dir_of: Callable[[Cell], Path],
         totals: dict[str, int | None] = {}
 
         def refresh(h: Handle) -> None:
-            rows = Events(h.cd.events).read()
-            start = max((i for i, r in enumerate(rows) if r["event"] == "started"), default=None)
-            if start is None:
-                return
-            stages = sum(r["event"] == "stage" for r in rows[start:])  # this attempt's
-            last = rows[-1].get("stage") or rows[-1]["event"]
-            progress.update(bars[h.cell.id], completed=stages, description=f"  {h.cell.name}: {last}")
+            attempt = Events(h.cd.events).attempt()
+            if attempt is not None:
+                stages, last = attempt
+                progress.update(bars[h.cell.id], completed=stages, description=f"  {h.cell.name}: {last}")
 
         try:
             handles = executor.submit(cells, dir_of)

@@ -45,24 +45,10 @@ class LocalExecutor:
             self.message = f"cells run in {runtime.kind} image {runtime.image} ({self.digest})"
 
     def submit(self, cells: list[Cell], dir_of: Callable[[Cell], Path]) -> list[Handle]:
-        from esbench.executors.container import cell_uses_gpu
-
         handles = [Handle(cell, write_cell(cell, dir_of)) for cell in cells]
         if self.pool is not None:
             for h in handles:
-                if self.runtime is None:
-                    cmd = [
-                        sys.executable,
-                        "-m",
-                        "esbench.cli",
-                        "run-cell",
-                        str(h.cd.cell_json),
-                        "--out",
-                        str(h.cd.path),
-                    ]
-                else:
-                    cmd = self.runtime.command(h.cd.cell_json, h.cd.path, cell_uses_gpu(h.cell.spec), self.digest)
-                h.ref = self.pool.submit(run_command, cmd)
+                h.ref = self.pool.submit(run_command, cell_command(h, self.runtime, self.digest))
         return handles
 
     def wait(self, handles: list[Handle], timeout: float, refresh) -> list[tuple[Handle, Failure | None]]:
@@ -96,6 +82,16 @@ def _in_process(h: Handle, refresh) -> Failure | None:
     return None
 
 
+def cell_command(h: Handle, runtime=None, digest: str | None = None) -> list[str]:
+    """`esbench run-cell` of one written cell: in a child Python, or in the container `runtime` (its `digest` read
+    once by the caller)."""
+    if runtime is None:
+        return [sys.executable, "-m", "esbench.cli", "run-cell", str(h.cd.cell_json), "--out", str(h.cd.path)]
+    from esbench.executors.container import cell_uses_gpu
+
+    return runtime.command(h.cd.cell_json, h.cd.path, cell_uses_gpu(h.cell.spec), digest)
+
+
 def run_command(cmd: list[str]) -> None:
     """`esbench run-cell` in a child process (or a container); its progress reaches the driver through the cell's
     events.jsonl. (The cell's backend sets its own CPU threads, `backend.cpu_threads`, so records do not depend on
@@ -106,9 +102,3 @@ def run_command(cmd: list[str]) -> None:
         err = proc.stderr.splitlines()
         last = next((x.strip() for x in reversed(err) if x.strip()), f"exit status {proc.returncode}")
         raise CellFailed(f"esbench run-cell exited {proc.returncode}: {last}", proc.stderr)
-
-
-def run_cells(cells: list[Cell], dir_of: Callable[[Cell], Path], console, jobs: int = 1) -> list[tuple[Cell, str]]:
-    from esbench.executors import drive
-
-    return drive(LocalExecutor(jobs), cells, dir_of, console)

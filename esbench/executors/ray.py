@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from esbench.executors import Failure, Handle, drive, write_cell
+from esbench.executors import Failure, Handle, write_cell
 from esbench.executors.remote import execution_env, run_cell_remote
 from esbench.spec import Cell
 
@@ -126,12 +126,6 @@ class RayExecutor:
         if self._session is not None:
             self._session.__exit__(None, None, None)
             self._session = None
-
-
-def run_cells(
-    cells: list[Cell], dir_of: Callable[[Cell], Path], console, jobs: int = 1, max_retries: int = MAX_RETRIES
-) -> list[tuple[Cell, str]]:
-    return drive(RayExecutor(jobs, max_retries), cells, dir_of, console)
 
 
 _KEYS = {"num_cpus": "CPU", "num_gpus": "GPU"}

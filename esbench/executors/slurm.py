@@ -55,7 +55,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from esbench.executors import Failure, Handle, drive, write_cell
+from esbench.executors import Failure, Handle, write_cell
 from esbench.executors.remote import execution_env, run_cell_remote
 from esbench.spec import Cell
 
@@ -193,7 +193,3 @@ class SlurmExecutor:
             for job in self._jobs:
                 if not job.done():
                     job.cancel(check=False)
-
-
-def run_cells(cells: list[Cell], dir_of: Callable[[Cell], Path], console, jobs: int = 1) -> list[tuple[Cell, str]]:
-    return drive(SlurmExecutor(jobs), cells, dir_of, console)

@@ -99,6 +99,7 @@ def reproduce(
     from esbench.spec import Cell
 
     checks = []
+    digest = runtime.digest() if runtime is not None else None  # one `image inspect` for the whole re-run
     for d in sorted((Path(path) / "cells").iterdir()):
         submitted = json.loads((d / "record.json").read_text())
         meta = json.loads((d / "cell.json").read_text())
@@ -108,7 +109,9 @@ def reproduce(
         if on_cell:
             on_cell(cell)
         try:
-            rerun = run_cell(cell, Path(out) / cell.id) if runtime is None else _in_container(runtime, cell, out)
+            rerun = (
+                run_cell(cell, Path(out) / cell.id) if runtime is None else _in_container(runtime, digest, cell, out)
+            )
         except Exception as e:  # a cell that cannot be re-run here (a plug-in not installed, no GPU) is a reason
             checks.append(CellCheck(cell.id, cell.name, "failed", reasons=[f"re-run failed: {type(e).__name__}: {e}"]))
             continue
@@ -121,11 +124,10 @@ def reproduce(
     return checks
 
 
-def _in_container(runtime, cell, out: Path) -> dict[str, Any]:
-    from esbench.executors import write_cell
-    from esbench.executors.container import cell_uses_gpu
-    from esbench.executors.local import run_command
+def _in_container(runtime, digest: str, cell, out: Path) -> dict[str, Any]:
+    from esbench.executors import Handle, write_cell
+    from esbench.executors.local import cell_command, run_command
 
-    cd = write_cell(cell, lambda c: Path(out) / c.id)
-    run_command(runtime.command(cd.cell_json, cd.path, cell_uses_gpu(cell.spec), runtime.digest()))
-    return json.loads(cd.record.read_text())
+    h = Handle(cell, write_cell(cell, lambda c: Path(out) / c.id))
+    run_command(cell_command(h, runtime, digest))
+    return json.loads(h.cd.record.read_text())

@@ -206,55 +206,42 @@ class ES(Method):
             start, counters = state["step"], state["counters"]
             sampler = EpochSampler(len(train_data), ctx.seed, **state["sampler"])
         ctx.rewind(start)  # drop log lines written after the checkpoint we resume from
+        # who rolls out the members: this process, or W Ray actors holding replicas (esbench.es.population)
         spec = rollout_spec(cfg)
-        pop = None
-        if ctx.workers > 1:  # the population on Ray actors, each a replica (esbench.es.population)
-            pop = population.RayPopulation(backend, editor, spec, ctx.seed, ctx.workers, ctx.workdir, anchor)
+        pop = (
+            population.RayPopulation(backend, editor, spec, ctx.seed, ctx.workers, ctx.workdir, anchor)
+            if ctx.workers > 1
+            else population.LocalPopulation(backend, editor, spec, ctx.seed)
+        )
         try:
-            self._loop(cfg, ctx, train_data, reward, budget, start, sampler, editor, anchor, counters, spec, pop)
+            for step in range(start, budget):
+                ctx.maybe_probe(step)
+                batch = [train_data[i] for i in sampler.next_batch(cfg.batch_size)]
+                prompts = [ctx.prompt(row) for row in batch]
+                members = ask(cfg, ctx.seed, step)
+                before = editor.master_state() if cfg.precision == "paper-bf16" else None
+                rewards = np.zeros((len(members), len(batch)))
+                for i, gens in enumerate(pop.roll_out(step, prompts)):
+                    rewards[i] = [reward(text, row["answer"]) for (text, _), row in zip(gens, batch, strict=True)]
+                    counters["rollouts"] += len(batch)
+                    counters["generated_tokens"] += sum(tokens for _, tokens in gens)
+                row = {
+                    "update": step,
+                    "reward_mean": float(rewards.mean()),
+                    "reward_std": float(rewards.mean(axis=1).std(ddof=0)),
+                    "reward_max_member": float(rewards.mean(axis=1).max()),
+                }
+                if before is not None:  # what the bf16 subtract-restores left behind, before this update
+                    row["restore_residual_rms"] = editor.rms_diff(before)
+                seeds, coeffs = tell(cfg, members, rewards)
+                row.update(editor.update(seeds, coeffs, cfg.weight_decay, anchor))
+                pop.update(seeds, coeffs, cfg.weight_decay, step)  # replicas apply it too, checked against ours
+                ctx.log(row)
+                if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == budget:
+                    save_checkpoint(ckpt, editor, step + 1, sampler, counters)
         finally:
-            if pop is not None:
-                pop.close()
+            pop.close()
         ctx.maybe_probe(budget, final=True)
         if cfg.precision == "paper-bf16":
             backend.cast(torch.float32)  # exact widening; evaluation sees the bf16 weights' values
         return TrainResult(updates=budget, ideal=editor.ideal_state(), **counters)
-
-    @staticmethod
-    def _loop(cfg, ctx, train_data, reward, budget, start, sampler, editor, anchor, counters, spec, pop) -> None:
-        """Updates `start`..`budget`-1: roll out every member, tell, update, log, checkpoint."""
-        backend = ctx.backend
-        ckpt = ctx.workdir / "es"
-        for step in range(start, budget):
-            ctx.maybe_probe(step)
-            batch = [train_data[i] for i in sampler.next_batch(cfg.batch_size)]
-            prompts = [ctx.prompt(row) for row in batch]
-            members = ask(cfg, ctx.seed, step)
-            before = editor.master_state() if cfg.precision == "paper-bf16" else None
-            if pop is not None:
-                outputs = pop.roll_out(step, prompts)
-            else:
-                outputs = []
-                for i in range(len(members)):
-                    gens = population.roll_out_member(backend, editor, spec, ctx.seed, step, i, prompts)
-                    outputs.append([(g[0].text, g[0].tokens) for g in gens])
-            rewards = np.zeros((len(members), len(batch)))
-            for i, gens in enumerate(outputs):
-                rewards[i] = [reward(text, row["answer"]) for (text, _), row in zip(gens, batch, strict=True)]
-                counters["rollouts"] += len(batch)
-                counters["generated_tokens"] += sum(tokens for _, tokens in gens)
-            row = {
-                "update": step,
-                "reward_mean": float(rewards.mean()),
-                "reward_std": float(rewards.mean(axis=1).std(ddof=0)),
-                "reward_max_member": float(rewards.mean(axis=1).max()),
-            }
-            if before is not None:  # what the bf16 subtract-restores left behind, before this update
-                row["restore_residual_rms"] = editor.rms_diff(before)
-            seeds, coeffs = tell(cfg, members, rewards)
-            row.update(editor.update(seeds, coeffs, cfg.weight_decay, anchor))
-            if pop is not None:  # every replica applied the same update; a divergence names the actor
-                pop.update(seeds, coeffs, cfg.weight_decay, row.get("checksum") or backend.checksum(), step)
-            ctx.log(row)
-            if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == budget:
-                save_checkpoint(ckpt, editor, step + 1, sampler, counters)

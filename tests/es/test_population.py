@@ -9,7 +9,7 @@ import pytest
 from run_helpers import only_record, small_suite
 
 from esbench.backends.hf import HFBackend
-from esbench.es.population import RayPopulation, Rollout, blocks, roll_out_member
+from esbench.es.population import LocalPopulation, RayPopulation, Rollout, blocks
 from esbench.es.weights import WeightsDiverged
 from esbench.models import load_model
 from esbench.tasks import get_task
@@ -39,16 +39,13 @@ def _prompts(backend, n=8):
 def test_three_actors_roll_out_what_the_driver_would_and_catch_a_corrupted_replica(tiny_backend, ray_env, tmp_path):
     editor = tiny_backend.weight_editor()
     prompts = _prompts(tiny_backend)
-    local = [
-        [(g[0].text, g[0].tokens) for g in roll_out_member(tiny_backend, editor, SPEC, 0, 3, i, prompts)]
-        for i in range(SPEC.population)
-    ]
+    local = LocalPopulation(tiny_backend, editor, SPEC, 0).roll_out(3, prompts)
     assert len({json.dumps(m) for m in local}) > 1  # the members really differ
     pop = RayPopulation(tiny_backend, editor, SPEC, 0, 3, tmp_path)
     try:
         assert pop.roll_out(3, prompts) == local  # blocks of 2, 2 and 1 members, same answers
         editor.update([11, 12], [0.01, -0.01])
-        pop.update([11, 12], [0.01, -0.01], 0.0, tiny_backend.checksum(), step=3)  # all replicas agree
+        pop.update([11, 12], [0.01, -0.01], 0.0, step=3)  # all replicas agree
 
         import ray
 
@@ -58,7 +55,7 @@ def test_three_actors_roll_out_what_the_driver_would_and_catch_a_corrupted_repli
         ray.get(pop.actors[1].__ray_call__.remote(corrupt))
         editor.update([13], [0.01])
         with pytest.raises(WeightsDiverged, match=r"ES worker\(s\) \[1\] of 3 diverged from the driver after update 4"):
-            pop.update([13], [0.01], 0.0, tiny_backend.checksum(), step=4)
+            pop.update([13], [0.01], 0.0, step=4)
     finally:
         pop.close()
 

@@ -16,7 +16,9 @@ def test_two_jobs_reproduce_the_in_process_run(tmp_path, tiny_model_dir):
 
     from rich.console import Console
 
-    from esbench.executors.local import run_cells
+    from esbench.executors import get_executor
+
+    run_cells = get_executor("local")
 
     console = Console(file=io.StringIO(), width=120)
     assert run_cells(cells, lambda c: cell_dir(tmp_path / "two", suite, c.id), console, jobs=2) == []
@@ -30,7 +32,9 @@ def test_a_failing_cell_in_a_subprocess_is_reported_with_its_traceback(tmp_path,
 
     from rich.console import Console
 
-    from esbench.executors.local import run_cells
+    from esbench.executors import get_executor
+
+    run_cells = get_executor("local")
     from esbench.records import CellDir, cell_dir
     from esbench.spec import Cell
 
