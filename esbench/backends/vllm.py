@@ -371,6 +371,21 @@ class EngineEditor:
     def rms_diff(self, before) -> float:
         return self._call("rms_diff", before)
 
+    def add_engines(self, engines: int) -> None:
+        self._call("add_engines", engines)
+
+    def swap_engine(self, k: int) -> None:
+        self._call("swap_engine", k)
+
+    def resync_engines(self) -> None:
+        self._call("resync_engines")
+
+    def engines_state(self) -> dict[str, torch.Tensor]:
+        return self._call("engines_state")
+
+    def load_engines_state(self, state) -> None:
+        self._call("load_engines_state", state)
+
     def ideal_state(self) -> dict[str, torch.Tensor]:
         return self._call("ideal_state")
 

@@ -181,7 +181,9 @@ class ESWorkerExtension:
         if op == "update" or (op == "perturb" and not exact):
             self._esb_verify()
         result = getattr(editor, op)(*args)
-        if op in ("update", "load_master_state") or (op == "restore" and not exact):
+        if op in ("update", "load_master_state", "swap_engine", "load_engines_state") or (
+            op == "restore" and not exact
+        ):
             if isinstance(result, dict):
                 result = {**result, "checksum": self._esb_record()}
             else:

@@ -89,7 +89,17 @@ def blocks(n: int, workers: int) -> list[list[int]]:
     return out
 
 
-class LocalPopulation:
+class Population:
+    """What every population offers the recipe beyond roll-outs: local replicas and checkpointable state (none)."""
+
+    def state(self) -> dict[str, Any]:
+        return {}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        pass
+
+
+class LocalPopulation(Population):
     """W = 1: every member rolled out in the cell's own process, on its backend; the driver is the only replica."""
 
     def __init__(self, backend, editor, spec: Rollout, run_seed: int):
@@ -104,6 +114,48 @@ class LocalPopulation:
 
     def close(self) -> None:
         pass
+
+
+class EnginesPopulation(LocalPopulation):
+    """The artifact's engine topology, simulated in one process for `paper-bf16` (E engines, re-synced every K steps).
+
+    The artifact runs E single-GPU vLLM engines, ⌈N/E⌉ members each in contiguous shards. Each engine perturbs and
+    restores in bf16, so each accumulates the residuals of its own members only; all apply the same cast update;
+    every `sync_every` completed steps engine 0's weights are broadcast to the others. The cell's model is engine 0;
+    the editor holds engines 1..E−1 as bf16 copies beside it (E−1 extra model copies in memory, in the vLLM worker
+    when the backend is vLLM) and swaps each into the model for its shard.
+    """
+
+    def __init__(self, backend, editor, spec: Rollout, run_seed: int, engines: int, sync_every: int = 0):
+        super().__init__(backend, editor, spec, run_seed)
+        size = -(-spec.population // engines)  # the artifact's shard_seeds: ceil(N/E) per engine
+        self.shards = [list(range(s, min(s + size, spec.population))) for s in range(0, spec.population, size)]
+        self.sync_every = sync_every
+        editor.add_engines(len(self.shards))
+
+    def roll_out(self, step: int, prompts: Sequence[str]) -> list[list[tuple[str, int]]]:
+        out = []
+        for k, shard in enumerate(self.shards):
+            if k:
+                self.editor.swap_engine(k)  # engine k's weights into the model, engine 0's aside
+            try:
+                out += roll_out_members(self.backend, self.editor, self.spec, self.run_seed, step, shard, prompts)
+            finally:
+                if k:
+                    self.editor.swap_engine(k)
+        return out
+
+    def update(self, seeds: list[int], coeffs: list[float], decay: float, step: int) -> None:
+        """The editor's update reached every engine; re-sync them from engine 0 when due."""
+        if self.sync_every and (step + 1) % self.sync_every == 0:
+            self.editor.resync_engines()
+
+    def state(self) -> dict[str, Any]:
+        """Engines 1..E−1's weights, for a checkpoint: a resumed run must continue their residuals."""
+        return self.editor.engines_state()
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.editor.load_engines_state(state)
 
 
 class ESActor:
@@ -134,7 +186,7 @@ class ESActor:
         return self.backend.checksum()
 
 
-class RayPopulation:
+class RayPopulation(Population):
     """W `ESActor`s on Ray, each a replica of the driver's backend (see the module docstring)."""
 
     def __init__(self, backend, editor, spec: Rollout, run_seed: int, workers: int, workdir: Path, anchor=None):

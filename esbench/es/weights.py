@@ -9,7 +9,10 @@ It departs from their code in one deliberate way (ADR 0005): public code restore
 the same noise in bf16, which leaves a residual and rounds small updates away. Here, `fp32-master` keeps an fp32
 master copy: a perturbation writes master + σε into the compute weights, a restore copies the master back (bit
 exact), and the update is accumulated in fp32 on the master before the compute weights are refreshed.
-`paper-bf16` reproduces the public behaviour on demand so its artefacts can be measured.
+Two bf16 modes reproduce the public behaviour on demand so its artefacts can be measured:
+- `paper-bf16`: the authors' artifact (its `worker.py`): perturb and restore add ±(σε) cast to bf16, and the update
+  Σ cᵢεᵢ is accumulated in fp32 per tensor, then cast to bf16 once and added;
+- `paper-bf16-per-member`: es-at-scale's accelerated variant, which adds each member's cᵢεᵢ in bf16 one at a time.
 
 The editor works on any mapping of named tensors, so an HF model, a vLLM worker's model, or a toy parameter
 dict in a test all go through the same code.
@@ -23,7 +26,8 @@ from typing import Literal
 
 import torch
 
-Precision = Literal["fp32-master", "paper-bf16"]
+Precision = Literal["fp32-master", "paper-bf16", "paper-bf16-per-member"]
+BF16_MODES = ("paper-bf16", "paper-bf16-per-member")
 _MASK63 = (1 << 63) - 1
 
 
@@ -81,12 +85,13 @@ class WeightEditor:
         self.shadow: dict[str, torch.Tensor] | None = None
         if precision == "fp32-master":
             self.master = {n: p.detach().to(torch.float32).clone() for n, p in self.params.items()}
-        elif precision == "paper-bf16":
+        elif precision in BF16_MODES:
             # the fp32 trajectory the same coefficients would give without rounding, to measure what rounding adds
             self.shadow = {n: p.detach().to(torch.float32).clone() for n, p in self.params.items()}
         else:
             raise ValueError(f"unknown precision {precision!r}")
         self._active: tuple[int, float] | None = None
+        self.replicas: list[dict[str, torch.Tensor]] = []
 
     @classmethod
     def for_model(cls, model: torch.nn.Module, precision: Precision = "fp32-master") -> WeightEditor:
@@ -138,9 +143,11 @@ class WeightEditor:
     ) -> dict[str, float]:
         """θ ← θ + Σ cᵢ εᵢ (cᵢ = α/N · zᵢ, the caller's convention), then weight decay.
 
-        `decay` shrinks θ (or θ − θ₀ when `anchor` is given) by a factor (1 − decay). Returns the realised update's
-        L2 norm on the compute weights and the fraction of compute coordinates that changed at all.
+        `decay` shrinks θ (or θ − θ₀ when `anchor` is given) by a factor (1 − decay). Simulated engines
+        (`add_engines`) get the same cast update added to their own values. Returns the realised update's L2 norm on
+        the compute weights and the fraction of compute coordinates that changed at all.
         """
+        replicas = self.replicas
         if self._active is not None:
             raise RuntimeError("update() during an active perturbation")
         seeds, coeffs = list(seeds), list(coeffs)
@@ -157,21 +164,63 @@ class WeightEditor:
                     base = anchor[name].to(torch.float32) if anchor is not None else 0.0
                     m.sub_((m - base) * decay)
                 p.copy_(m)
-            else:  # public code: apply each member's scaled noise to the bf16 weights, one at a time
+            else:
                 sh = self.shadow[name]
-                for s, c in zip(seeds, coeffs, strict=True):
-                    eps = noise(s, name, p.shape, p.device)
-                    p.add_((c * eps).to(p.dtype))
-                    sh.add_(eps, alpha=c)
+                if self.precision == "paper-bf16":  # the artifact: Σ cᵢεᵢ in fp32, one cast, one add per copy
+                    delta = torch.zeros(p.shape, dtype=torch.float32, device=p.device)
+                    for s, c in zip(seeds, coeffs, strict=True):
+                        delta.add_(noise(s, name, p.shape, p.device), alpha=c)
+                    step = delta.to(p.dtype)
+                    for copy in (p, *(r[name] for r in replicas)):
+                        copy.add_(step)
+                    sh.add_(delta)
+                else:  # es-at-scale's accelerated code: each member's scaled noise added in bf16, one at a time
+                    for s, c in zip(seeds, coeffs, strict=True):
+                        eps = noise(s, name, p.shape, p.device)
+                        p.add_((c * eps).to(p.dtype))
+                        sh.add_(eps, alpha=c)
                 if decay:
                     base = anchor[name].to(p.dtype) if anchor is not None else 0.0
-                    p.sub_(((p - base) * decay).to(p.dtype))
+                    for copy in (p, *(r[name] for r in replicas)):
+                        copy.sub_(((copy - base) * decay).to(p.dtype))
                     sh.sub_((sh - (anchor[name].to(torch.float32) if anchor is not None else 0.0)) * decay)
             diff = p.detach().to(torch.float32) - before
             sq += float(diff.pow(2).sum())
             changed += int((diff != 0).sum())
             total += diff.numel()
         return {"update_norm": sq**0.5, "changed_fraction": changed / max(total, 1)}
+
+    # -- the artifact's engines (paper-bf16): replicas of the compute weights beside these, one per extra engine ----
+    def add_engines(self, engines: int) -> None:
+        """Hold engines 1..E−1 as bf16 copies of the weights (engine 0 is `params`): each keeps its own residuals."""
+        if self.precision != "paper-bf16":
+            raise ValueError(f"simulated engines reproduce paper-bf16, not {self.precision}")
+        self.replicas = [{n: p.detach().clone() for n, p in self.params.items()} for _ in range(engines - 1)]
+
+    @torch.no_grad()
+    def swap_engine(self, k: int) -> None:
+        """Exchange the weights with engine k's (k ≥ 1); calling it again swaps back."""
+        replica = self.replicas[k - 1]
+        for name, p in self.params.items():
+            tmp = p.clone()
+            p.copy_(replica[name])
+            replica[name].copy_(tmp)
+
+    @torch.no_grad()
+    def resync_engines(self) -> None:
+        """Every engine takes engine 0's weights (the artifact's NCCL broadcast from rank 0)."""
+        for replica in self.replicas:
+            for name, p in self.params.items():
+                replica[name].copy_(p)
+
+    def engines_state(self) -> dict[str, torch.Tensor]:
+        return {f"engine{k + 1}/{n}": t.clone() for k, r in enumerate(self.replicas) for n, t in r.items()}
+
+    @torch.no_grad()
+    def load_engines_state(self, state: Mapping[str, torch.Tensor]) -> None:
+        for k, r in enumerate(self.replicas):
+            for n, t in r.items():
+                t.copy_(state[f"engine{k + 1}/{n}"])
 
     @torch.no_grad()
     def rms_diff(self, before: Mapping[str, torch.Tensor]) -> float:

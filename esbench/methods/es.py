@@ -14,13 +14,19 @@ One update, top to bottom:
 5. optional weight decay, toward zero or anchored to θ₀; log; checkpoint every `checkpoint_every` updates.
 
 Precision (see `esbench.es.weights`): `fp32-master` restores bit-exactly from an fp32 master and accumulates the
-update in fp32; `paper-bf16` casts the model to bf16 and subtracts noise to restore, as public code does, and logs
-the residual drift that leaves. No gradients and no optimizer state are kept.
+update in fp32; `paper-bf16` casts the model to bf16 and subtracts noise to restore, as the authors' artifact does
+(update summed in fp32 and cast once; optionally its E engines with their own residuals, re-synced every K updates),
+and logs the residual drift that leaves; `paper-bf16-per-member` adds each member's update in bf16 (es-at-scale's
+accelerated code). No gradients and no optimizer state are kept.
+
+Data order: `wrap` (full batches, the permutation running on across epochs) or `keep-tail`, the artifact's
+schedule (a numpy shuffle per epoch, the last partial batch kept).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import random
 import shutil
 from pathlib import Path
@@ -31,7 +37,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from esbench.es import population
-from esbench.es.weights import WeightEditor
+from esbench.es.weights import BF16_MODES, WeightEditor
 from esbench.methods import Method, TrainContext, TrainResult
 from esbench.records import atomic_write_json
 
@@ -57,13 +63,35 @@ class ESConfig(BaseModel):
     )
     reward_correct: float = Field(1.0, description="Reward for a correct answer.")
     reward_format: float = Field(0.1, description="Reward for an extracted but wrong answer.")
-    precision: Literal["fp32-master", "paper-bf16"] = Field("fp32-master", description="See module docstring.")
+    precision: Literal["fp32-master", "paper-bf16", "paper-bf16-per-member"] = Field(
+        "fp32-master", description="See module docstring."
+    )
+    engines: int = Field(
+        1, ge=1, description="paper-bf16 only: simulated engines, each with its own restore residuals (artifact: 8)."
+    )
+    engine_sync_every: int = Field(
+        0, ge=0, description="Re-sync engines from engine 0 every K completed updates (artifact: 117); 0: never."
+    )
+    data_order: Literal["wrap", "keep-tail"] = Field(
+        "wrap",
+        description="wrap: every batch is full, the permutation runs on into the next epoch; keep-tail: the "
+        "artifact's schedule, one numpy shuffle per epoch and the last partial batch kept.",
+    )
+    shuffle_seed: int | None = Field(
+        None, description="Seed of the data order; default the cell's seed (artifact: 42)."
+    )
     checkpoint_every: int = Field(10, gt=0, description="Save master weights, sampler and step every k updates.")
 
     @model_validator(mode="after")
     def _antithetic_pairs(self) -> ESConfig:
         if self.antithetic and self.population % 2:
             raise ValueError(f"population: antithetic pairs need an even population, got {self.population}")
+        if self.engines > 1 and self.precision != "paper-bf16":
+            raise ValueError(f"engines: {self.engines} engines simulate paper-bf16's replicas, not {self.precision}")
+        if self.engines > self.population:
+            raise ValueError(f"engines: {self.engines} engines for {self.population} members leaves some idle")
+        if self.engine_sync_every and self.engines == 1:
+            raise ValueError("engine_sync_every: needs engines > 1")
         return self
 
 
@@ -145,20 +173,50 @@ class EpochSampler:
         return {"epoch": self.epoch, "pos": self.pos}
 
 
+class KeepTailSampler(EpochSampler):
+    """The artifact's schedule (`build_training_schedule`): one `default_rng(seed)` shuffles `arange(n)` afresh each
+    epoch, batches are consecutive slices, and an epoch's last partial batch is kept (7473 rows, batch 64: 117 updates
+    per epoch, the last of 49 prompts). State is (epoch, position), like `EpochSampler`'s."""
+
+    def _order(self) -> list[int]:
+        rng = np.random.default_rng(self.seed)
+        for _ in range(self.epoch + 1):  # the same generator shuffles every epoch in turn
+            order = np.arange(self.size)
+            rng.shuffle(order)
+        return [int(i) for i in order]
+
+    def next_batch(self, batch_size: int) -> list[int]:
+        out = self._order()[self.pos : self.pos + batch_size]
+        self.pos += len(out)
+        if self.pos >= self.size:
+            self.epoch, self.pos = self.epoch + 1, 0
+        return out
+
+
+def make_sampler(cfg: ESConfig, size: int, run_seed: int, state: dict | None = None) -> EpochSampler:
+    cls = KeepTailSampler if cfg.data_order == "keep-tail" else EpochSampler
+    return cls(size, run_seed if cfg.shuffle_seed is None else cfg.shuffle_seed, **(state or {}))
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # checkpoints
 
 
-def save_checkpoint(path: Path, editor: WeightEditor, step: int, sampler: EpochSampler, counters: dict) -> None:
-    """Master weights + sampler + step, written to a temp folder and renamed: a kill never leaves half of one."""
+def save_checkpoint(
+    path: Path, editor: WeightEditor, step: int, sampler: EpochSampler, counters: dict, engines: dict | None = None
+) -> None:
+    """Master weights + sampler + step (+ simulated engines' weights), written to a temp folder and renamed: a kill
+    never leaves half of one."""
     from safetensors.torch import save_file
 
     tmp = path.with_name(path.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     save_file(editor.master_state(), str(tmp / "master.safetensors"))
-    if editor.precision == "paper-bf16":
+    if editor.precision in BF16_MODES:
         save_file(editor.ideal_state(), str(tmp / "shadow.safetensors"))
+    if engines:
+        save_file({k: v.contiguous() for k, v in engines.items()}, str(tmp / "engines.safetensors"))
     atomic_write_json(tmp / "state.json", {"step": step, "sampler": sampler.state(), "counters": counters})
     old = path.with_name(path.name + ".old")
     if path.exists():
@@ -168,14 +226,18 @@ def save_checkpoint(path: Path, editor: WeightEditor, step: int, sampler: EpochS
 
 
 def load_checkpoint(path: Path, editor: WeightEditor) -> dict | None:
+    """Load the weights into `editor`; return the state, with the simulated engines' weights under "engines"."""
     from safetensors.torch import load_file
 
     for candidate in (path, path.with_name(path.name + ".old")):  # .old survives a kill between the renames
         if (candidate / "state.json").exists():
             editor.load_master_state(load_file(str(candidate / "master.safetensors")))
-            if editor.precision == "paper-bf16":
+            if editor.precision in BF16_MODES:
                 editor.load_ideal_state(load_file(str(candidate / "shadow.safetensors")))
-            return json.loads((candidate / "state.json").read_text())
+            state = json.loads((candidate / "state.json").read_text())
+            if (candidate / "engines.safetensors").exists():
+                state["engines"] = load_file(str(candidate / "engines.safetensors"))
+            return state
     return None
 
 
@@ -190,36 +252,47 @@ class ES(Method):
     def prompts_per_update(cls, config: ESConfig) -> int:
         return config.batch_size
 
+    @classmethod
+    def updates_for(cls, budget: int | str, train_size: int, config: ESConfig) -> int:
+        """keep-tail epochs have ⌈n/b⌉ updates each (the artifact's two GSM8K epochs: 2 × 117 = 234)."""
+        if isinstance(budget, str) and config.data_order == "keep-tail":
+            return max(1, math.ceil(float(budget.removesuffix("ep")) * math.ceil(train_size / config.batch_size)))
+        return super().updates_for(budget, train_size, config)
+
     def train(self, train_data, reward, budget, config: ESConfig, ctx: TrainContext):
         cfg = config
         reward = reward.with_values(cfg.reward_correct, cfg.reward_format)
         backend = ctx.backend
-        if cfg.precision == "paper-bf16":
+        bf16 = cfg.precision in BF16_MODES
+        if bf16:
             backend.cast(torch.bfloat16)
         editor = backend.weight_editor(cfg.precision)
         anchor = editor.master_state() if cfg.weight_decay and cfg.decay_anchor == "init" else None
-        sampler = EpochSampler(len(train_data), ctx.seed)
         ckpt = ctx.workdir / "es"
         start, counters = 0, {"rollouts": 0, "generated_tokens": 0}
         state = load_checkpoint(ckpt, editor)
+        sampler = make_sampler(cfg, len(train_data), ctx.seed, state["sampler"] if state else None)
         if state is not None:
             start, counters = state["step"], state["counters"]
-            sampler = EpochSampler(len(train_data), ctx.seed, **state["sampler"])
         ctx.rewind(start)  # drop log lines written after the checkpoint we resume from
-        # who rolls out the members: this process, or W Ray actors holding replicas (esbench.es.population)
+        # who rolls out the members (built from the resumed weights): this process, as one engine or as the
+        # artifact's E simulated engines; or W Ray actors holding replicas (esbench.es.population)
         spec = rollout_spec(cfg)
-        pop = (
-            population.RayPopulation(backend, editor, spec, ctx.seed, ctx.workers, ctx.workdir, anchor)
-            if ctx.workers > 1
-            else population.LocalPopulation(backend, editor, spec, ctx.seed)
-        )
+        if ctx.workers > 1:
+            pop = population.RayPopulation(backend, editor, spec, ctx.seed, ctx.workers, ctx.workdir, anchor)
+        elif cfg.engines > 1:
+            pop = population.EnginesPopulation(backend, editor, spec, ctx.seed, cfg.engines, cfg.engine_sync_every)
+        else:
+            pop = population.LocalPopulation(backend, editor, spec, ctx.seed)
+        if state is not None and "engines" in state:
+            pop.load_state(state["engines"])
         try:
             for step in range(start, budget):
                 ctx.maybe_probe(step)
                 batch = [train_data[i] for i in sampler.next_batch(cfg.batch_size)]
                 prompts = [ctx.prompt(row) for row in batch]
                 members = ask(cfg, ctx.seed, step)
-                before = editor.master_state() if cfg.precision == "paper-bf16" else None
+                before = editor.master_state() if bf16 else None
                 rewards = np.zeros((len(members), len(batch)))
                 for i, gens in enumerate(pop.roll_out(step, prompts)):
                     rewards[i] = [reward(text, row["answer"]) for (text, _), row in zip(gens, batch, strict=True)]
@@ -235,13 +308,13 @@ class ES(Method):
                     row["restore_residual_rms"] = editor.rms_diff(before)
                 seeds, coeffs = tell(cfg, members, rewards)
                 row.update(editor.update(seeds, coeffs, cfg.weight_decay, anchor))
-                pop.update(seeds, coeffs, cfg.weight_decay, step)  # replicas apply it too, checked against ours
+                pop.update(seeds, coeffs, cfg.weight_decay, step)  # replicas apply it too (Ray: checked), or re-sync
                 ctx.log(row)
                 if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == budget:
-                    save_checkpoint(ckpt, editor, step + 1, sampler, counters)
+                    save_checkpoint(ckpt, editor, step + 1, sampler, counters, pop.state())
         finally:
             pop.close()
         ctx.maybe_probe(budget, final=True)
-        if cfg.precision == "paper-bf16":
+        if bf16:
             backend.cast(torch.float32)  # exact widening; evaluation sees the bf16 weights' values
         return TrainResult(updates=budget, ideal=editor.ideal_state(), **counters)
