@@ -74,9 +74,12 @@ def render_markdown(data: dict[str, Any]) -> str:
         out += ["## Parameter drift (paper Table 4 layout)", ""]
         out += ["Relative L2 ‖θ−θ₀‖/‖θ₀‖ in fp32, ×1e-2.", ""]
         for ratio in dr["es_over_grpo"]:
+            bf16 = ratio["es_precision"] != "fp32-master"
+            paper = "paper: 40.7–44.1×, measured on bf16 ES" if bf16 else "exact arithmetic; the paper has no such row"
+            value = "–" if ratio["ratio"] is None else f"**{ratio['ratio']:.1f}×**"
             out.append(
-                f"- **{ratio['model']}**: ES {ratio['es'] * 100:.4f} vs GRPO {ratio['grpo'] * 100:.4f}: "
-                f"ES/GRPO = **{ratio['ratio']:.1f}×** (paper: 40.7–44.1×)"
+                f"- **{ratio['model']}**, ES {ratio['es_precision']}: ES {ratio['es'] * 100:.4f} vs GRPO "
+                f"{ratio['grpo'] * 100:.4f}: ES/GRPO = {value} ({paper})"
             )
         groups = sorted({g for r in dr["rows"] for g in r["groups"]})
         header = [
@@ -108,10 +111,10 @@ def render_markdown(data: dict[str, Any]) -> str:
         out += ["Group share = share of ‖Δθ‖²; (n) = how many of the 100 largest |Δθ| fall in the group.", ""]
 
     if data["bf16"]:
-        out += ["## bf16 artefacts (fp32-master vs paper-bf16, same configuration)", ""]
+        out += ["## bf16 artefacts (fp32-master vs a bf16 mode, same configuration)", ""]
         header = [
             "fp32-master",
-            "paper-bf16",
+            "bf16 mode",
             "rel. L2 fp32",
             "rel. L2 bf16",
             "excess drift share",
@@ -121,7 +124,7 @@ def render_markdown(data: dict[str, Any]) -> str:
         rows = [
             [
                 p["fp32"],
-                p["bf16"],
+                f"{p['bf16']} ({p['bf16_precision']})",
                 f"{p['relative_l2_fp32'] * 100:.4f}",
                 f"{p['relative_l2_bf16'] * 100:.4f}",
                 _fmt(p["excess_share"]) + "%",
@@ -146,8 +149,15 @@ def render_markdown(data: dict[str, Any]) -> str:
             for r in s["rows"]:
                 d = "" if r["delta_vs_full"] is None else f" ({_fmt(r['delta_vs_full'], digits=2, sign=True)})"
                 parts.append(f"τ={r['tau']:g}: {r['sparsity_pct']:.2f}% {_fmt(r['pass@1'], digits=2)}{d}")
-            out.append(f"- **{s['cell']}** ({full['task']} Pass@1): " + " | ".join(parts))
-        out.append("")
+            changed = s["rows"][0].get("changed_pct")
+            moved = "" if changed is None else f"; {changed:.1f}% of coordinates changed"
+            out.append(f"- **{s['cell']}** ({full['task']} Pass@1{moved}): " + " | ".join(parts))
+        out += [
+            "",
+            "Sparsity s_τ (Eq. 16): the share of changed coordinates with |Δθ| ≤ τ, which are reset to θ₀ before "
+            "re-evaluating; unchanged coordinates count in neither numerator nor denominator.",
+            "",
+        ]
 
     out += ["## Entropy and diversity", ""]
     out += [

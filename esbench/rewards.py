@@ -13,22 +13,27 @@ taken as given: esbench's GSM8K loader already strips its commas. Written here f
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
 
 @dataclass(frozen=True)
 class Reward:
+    """A task's training reward under a suite's `reward` rule: `verifier` (default) or `paper` (math only)."""
+
     task: Any  # esbench.tasks.TaskDef
     correct: float = 1.0
     formatted: float = 0.1
+    rule: Literal["verifier", "paper"] = "verifier"
 
     def __call__(self, response: str, gold: str) -> float:
+        if self.rule == "paper":
+            return paper_math_reward(response, gold, self.correct, self.formatted)
         v = self.task.verify(response, gold)
         return self.correct if v.correct else (self.formatted if v.formatted else 0.0)
 
     def with_values(self, correct: float, formatted: float) -> Reward:
-        return Reward(self.task, correct, formatted)
+        return replace(self, correct=correct, formatted=formatted)
 
 
 # ---------------------------------------------------------------------------------------------------------------

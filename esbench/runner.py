@@ -147,7 +147,7 @@ def _run_cell(cell: Cell, cd: CellDir, stage: Callable[[str], None]) -> dict[str
         start = {n: p.detach().to("cpu", copy=True) for n, p in backend.parameters().items()}  # θ₀ for drift
         t1 = time.perf_counter()
         updates = method_cls.updates_for(spec.budget, len(train_rows), config)
-        result = method_cls().train(train_rows, Reward(task), updates, config, ctx)
+        result = method_cls().train(train_rows, Reward(task, rule=spec.dataset.reward), updates, config, ctx)
         timings["train_s"] = time.perf_counter() - t1
         stage("trained")
     log_rows = [json.loads(line) for line in cd.train_log.read_text().splitlines()] if cd.train_log.exists() else []

@@ -30,6 +30,7 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 from esbench.backends import BackendSpec
@@ -66,6 +67,11 @@ class ModelSpec(_Strict):
 class DatasetSpec(_Strict):
     task: str = Field(description="A registered task whose `train` split is the training data.")
     size: int | None = Field(None, gt=0, description="Number of training problems; default: the whole split.")
+    reward: Literal["verifier", "paper"] = Field(
+        "verifier",
+        description="Training reward: the task's verifier (the one evaluation uses), or `paper`, the authors' "
+        "artifact's math rule (last box, MATH normalisation, string equality; math tasks only).",
+    )
 
     @field_validator("task")
     @classmethod
@@ -74,6 +80,14 @@ class DatasetSpec(_Strict):
 
         get_task(v)
         return v
+
+    @model_validator(mode="after")
+    def _paper_reward_is_for_math(self) -> DatasetSpec:
+        from esbench.tasks import get_task
+
+        if self.reward == "paper" and get_task(self.task).verifier != "math":
+            raise ValueError(f"reward: `paper` is the artifact's math reward; task {self.task} is not a math task")
+        return self
 
 
 def _registered(name: str | None) -> str | None:

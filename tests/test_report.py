@@ -68,6 +68,8 @@ def test_records_carry_every_analysis(run_dir):
         assert sum(g["share"] for g in rec["drift"]["groups"].values()) == pytest.approx(1.0)
         assert [s["tau"] for s in rec["sparsity"]] == [0.0005, 0.002]
         assert rec["sparsity"][0]["sparsity_pct"] <= rec["sparsity"][1]["sparsity_pct"]
+        for row in rec["sparsity"]:  # Eq. 16: a share of the changed coordinates, not of all of them
+            assert row["dropped_pct"] == pytest.approx(row["sparsity_pct"] * row["changed_pct"] / 100)
         probes = [json.loads(x) for x in (run_dir / rec["cell"]["id"] / "train.jsonl").read_text().splitlines()]
         assert [r["update"] for r in probes if "probe" in r] == [0, 1, 2]  # before training and after each update
     # exact arithmetic has no rounding residual; the public bf16 mode does
@@ -88,8 +90,12 @@ def test_report_json_tables_and_plots(run_dir, capsys):
     want = recs["grpo"]["metrics"]["tiny_reverse"]["pass@1"] - recs["base"]["metrics"]["tiny_reverse"]["pass@1"]
     got = forgetting["tiny/grpo"]["tasks"]["tiny_reverse"]["pass@1"]
     assert got["delta"] == pytest.approx(want) and got["lo"] <= got["delta"] <= got["hi"]
-    (ratio,) = data["drift"]["es_over_grpo"]
-    assert ratio["ratio"] == pytest.approx(recs["es"]["drift"]["relative_l2"] / recs["grpo"]["drift"]["relative_l2"])
+    ratios = {r["es_precision"]: r["ratio"] for r in data["drift"]["es_over_grpo"]}
+    grpo = recs["grpo"]["drift"]["relative_l2"]
+    assert ratios == {  # both: the paper measured bf16 ES; fp32-master says how much exact arithmetic keeps
+        "fp32-master": pytest.approx(recs["es"]["drift"]["relative_l2"] / grpo),
+        "paper-bf16": pytest.approx(recs["es-bf16"]["drift"]["relative_l2"] / grpo),
+    }
     (pair,) = data["bf16"]
     assert (pair["fp32"], pair["bf16"]) == ("tiny/es", "tiny/es-bf16")
     assert {s["cell"] for s in data["sparsity"]} == {"tiny/es", "tiny/es-bf16", "tiny/grpo"}
@@ -113,6 +119,8 @@ def test_report_markdown_has_the_paper_sections(run_dir, capsys):
     ):
         assert f"## {heading}" in md
     assert "![passk](passk.png)" in md
+    assert "ES paper-bf16: ES" in md and "ES fp32-master: ES" in md and "measured on bf16 ES" in md
+    assert "Sparsity s_τ (Eq. 16)" in md and "of coordinates changed" in md
     assert capsys.readouterr().out.startswith("# esbench report")
 
 

@@ -56,3 +56,23 @@ def test_normalisation_keeps_what_the_original_keeps():
 def test_custom_values():
     assert paper_math_reward(r"\boxed{7}", "7", correct=2.0, formatted=0.5) == 2.0
     assert paper_math_reward(r"\boxed{8}", "7", correct=2.0, formatted=0.5) == 0.5
+
+
+def test_a_suite_selects_the_training_reward_per_dataset():
+    """`reward: paper` swaps the verifier for the artifact's rule in training; other tasks refuse it."""
+    import pytest
+    from pydantic import ValidationError
+
+    from esbench.rewards import Reward
+    from esbench.spec import DatasetSpec
+    from esbench.tasks import get_task
+
+    gsm = get_task("gsm8k")
+    unboxed = "The answer is 1024."
+    verifier, paper = Reward(gsm), Reward(gsm, rule=DatasetSpec(task="gsm8k", reward="paper").reward)
+    assert verifier(unboxed, "1024") == 1.0 and paper(unboxed, "1024") == 0.0  # math-verify accepts it unboxed
+    assert verifier("\\boxed{1,024}", "1024") == 1.0 and paper("\\boxed{1,024}", "1024") == 0.1
+    assert paper.with_values(2.0, 0.5)("\\boxed{1,024}", "1024") == 0.5  # the method's values, the suite's rule
+    assert DatasetSpec(task="gsm8k").reward == "verifier"
+    with pytest.raises(ValidationError, match="not a math task"):
+        DatasetSpec(task="commonsense_qa", reward="paper")

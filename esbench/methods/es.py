@@ -37,7 +37,8 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from esbench.es import population
-from esbench.es.weights import BF16_MODES, WeightEditor
+from esbench.es import BF16_MODES
+from esbench.es.weights import WeightEditor
 from esbench.methods import Method, TrainContext, TrainResult
 from esbench.records import atomic_write_json
 

@@ -23,6 +23,13 @@ Where TRL has no exact equivalent: the paper does not name its loss aggregation;
 `loss_type: grpo` (per-sequence length normalisation, the original GRPO objective) and lets a suite choose
 TRL's others. One optimizer update = one PPO minibatch, so a 64-prompt rollout with minibatch 32 gives two
 updates, and the suite budget counts those updates (TRL's `max_steps`).
+
+A documented deviation: the paper's Eq. 3 divides by the group's population SD (ddof 0); TRL's `scale_rewards:
+group` divides by the sample SD (ddof 1), and TRL offers no ddof option. With G responses per group the two
+advantages differ by the constant factor √(G/(G−1)) (1.069 at G = 8), apart from TRL's 1e-4 in the denominator.
+Every advantage of every group is scaled alike, so the direction of each gradient is unchanged; only its length is,
+by 6.9 %, which AdamW's per-coordinate normalisation removes up to its ε and which the gradient clip (when it binds)
+sees. esbench keeps TRL's code path rather than patching TRL (ADR 0006); `test_grpo` pins the factor.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Parameter drift between a trained model and its start: whole-model and per parameter group, in fp32.
 
 Paper: arXiv 2608.27351, Table 4 (relative whole-model L2 distance ‖θ−θ₀‖/‖θ₀‖, ES 40.7–44.1× GRPO; the largest
-|Δθ| coordinates by group; magnitude thresholding), Tables 11–12 (functional sparsity: keeping only |Δθ| ≥ τ),
+|Δθ| coordinates by group; magnitude thresholding), Tables 11–12 (functional sparsity: keeping only |Δθ| > τ, Eq. 16),
 and its bf16 discussion: public ES code restores perturbations by bf16 subtraction, so part of the reported drift
 is rounding. `bf16_steps` tells whether a coordinate's change is a whole number of bf16 steps, the signature of
 a rounding artefact rather than a learned change.
@@ -142,15 +142,28 @@ def step_multiple_share(rows: Iterable[dict], tol: float = 1e-3) -> float:
 
 @torch.no_grad()
 def threshold(start: Mapping[str, torch.Tensor], end: Mapping[str, torch.Tensor], tau: float) -> tuple[dict, dict]:
-    """θ₀ + Δ·1[|Δ| ≥ τ] per tensor, and the stats: sparsity (% of coordinates dropped) and relative drift kept."""
-    out, dropped, total, sq, sq_base = {}, 0, 0, 0.0, 0.0
+    """θ₀ + Δ·1[|Δ| > τ] per tensor, and the paper's update sparsity (Eq. 16) with the relative drift kept.
+
+    Eq. 16: s_τ = |{i : 0 < |Δθᵢ| ≤ τ}| / |{i : |Δθᵢ| > 0}|. Coordinates that did not change are in neither set,
+    so a bf16 update that rounded most coordinates away is not counted as "sparse" for it. `dropped_pct` is the
+    share of all coordinates ablated, for comparison with esbench ≤ v1.3's sparsity (which divided by all).
+    """
+    out, ablated, changed, total, sq, sq_base = {}, 0, 0, 0, 0.0, 0.0
     for name, t0 in start.items():
         a = t0.to(torch.float32)
         d = end[name].to(a.device, torch.float32) - a
-        keep = d.abs() >= tau
+        keep = d.abs() > tau
+        moved = int((d != 0).sum())
         out[name] = a + d * keep
-        dropped += int((~keep).sum())
+        changed += moved
+        ablated += moved - int(keep.sum())
         total += d.numel()
         sq += float((d * keep).pow(2).sum())
         sq_base += float(a.pow(2).sum())
-    return out, {"tau": tau, "sparsity_pct": 100.0 * dropped / max(total, 1), "relative_l2": (sq / sq_base) ** 0.5}
+    return out, {
+        "tau": tau,
+        "sparsity_pct": 100.0 * ablated / changed if changed else 0.0,
+        "changed_pct": 100.0 * changed / max(total, 1),
+        "dropped_pct": 100.0 * ablated / max(total, 1),
+        "relative_l2": (sq / sq_base) ** 0.5,
+    }

@@ -256,3 +256,20 @@ def test_grpo_on_a_bf16_model_keeps_its_updates_in_an_fp32_master(tmp_path, tiny
         assert rec["train"]["precision"] == expected
     assert drift["float32"] > 0
     assert drift["bfloat16"] >= 0.5 * drift["float32"], drift
+
+
+def test_trls_group_advantage_is_eq3s_times_the_documented_constant():
+    """The deviation in grpo.py's docstring, pinned: TRL's group SD has ddof 1, Eq. 3's population SD ddof 0, so
+    TRL's advantages are Eq. 3's times √((G−1)/G) up to TRL's 1e-4. Fails if a TRL upgrade changes either."""
+    import math
+
+    import torch
+    from trl.trainer.grpo_trainer import nanstd
+
+    g = 8
+    rewards = torch.tensor([1.0, 0.1, 0.0, 1.0, 1.0, 0.1, 0.0, 0.0])
+    centred = rewards - rewards.mean()
+    trl_adv = centred / (nanstd(rewards.view(1, g), dim=1) + 1e-4)
+    eq3_adv = centred / rewards.std(correction=0)
+    ratio = trl_adv / eq3_adv
+    assert torch.allclose(ratio, torch.full_like(ratio, math.sqrt((g - 1) / g)), rtol=1e-3)

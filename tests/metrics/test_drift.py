@@ -63,7 +63,7 @@ def test_bf16_steps_and_step_multiples():
     assert step_multiple_share(rows) == pytest.approx(0.5)  # 3 and -1 steps; half a step and 1e-4 are not
 
 
-def test_threshold_keeps_exactly_the_coordinates_at_or_above_tau():
+def test_threshold_is_eq16_ablating_changed_coordinates_up_to_tau():
     t = 2.0**-10  # dyadic values: the differences are exact in fp32, so "at tau" is unambiguous
     start = {"a.weight": torch.zeros(2, 3), "b.weight": torch.ones(4)}
     end = {
@@ -71,8 +71,11 @@ def test_threshold_keeps_exactly_the_coordinates_at_or_above_tau():
         "b.weight": torch.ones(4) + torch.tensor([t, -t, t / 16, 0.0]),
     }
     kept, stats = threshold(start, end, t)
-    assert torch.equal(kept["a.weight"], torch.tensor([[0.0, -2 * t, t], [0.0, 0.0, 0.5]]))
-    assert torch.equal(kept["b.weight"], torch.tensor([1 + t, 1 - t, 1.0, 1.0]))
-    assert stats["sparsity_pct"] == pytest.approx(100 * 5 / 10)  # 5 of 10 coordinates dropped
+    # kept: |Δ| > τ strictly (Eq. 16 ablates 0 < |Δ| ≤ τ); exactly τ is ablated
+    assert torch.equal(kept["a.weight"], torch.tensor([[0.0, -2 * t, 0.0], [0.0, 0.0, 0.5]]))
+    assert torch.equal(kept["b.weight"], torch.tensor([1.0, 1.0, 1.0, 1.0]))
+    # 8 of 10 coordinates changed; 6 of them have |Δ| ≤ τ: s_τ = 6/8, not 8/10 (unchanged ones are excluded)
+    assert stats["sparsity_pct"] == pytest.approx(100 * 6 / 8)
+    assert stats["changed_pct"] == pytest.approx(80.0) and stats["dropped_pct"] == pytest.approx(60.0)
     full = drift(start, end)["relative_l2"]
     assert 0 < stats["relative_l2"] < full
