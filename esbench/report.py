@@ -173,7 +173,13 @@ def drift_table(records, labels) -> dict[str, Any]:
         for precision, vals in sorted(by_precision.items()):
             es = sum(vals) / len(vals)
             ratios.append(
-                {"model": model, "es_precision": precision, "es": es, "grpo": grpo, "ratio": es / grpo if grpo else None}
+                {
+                    "model": model,
+                    "es_precision": precision,
+                    "es": es,
+                    "grpo": grpo,
+                    "ratio": es / grpo if grpo else None,
+                }
             )
     return {"rows": rows, "es_over_grpo": ratios}
 
