@@ -88,7 +88,7 @@ def population_diversity(backend, ev: EvalSpec, seed: int) -> dict[str, Any]:
 def functional_sparsity(
     backend, start: dict[str, torch.Tensor], ev: EvalSpec, seed: int, out_dir: Path, full: dict
 ) -> list[dict[str, Any]]:
-    """Pass@1 of θ₀ + Δ·1[|Δ| ≥ τ] for each τ (paper Tables 11-12), evaluated through the same lm-eval path."""
+    """Pass@1 of θ₀ + Δ·1[|Δ| > τ] for each τ (paper Tables 11-12, Eq. 16), evaluated through the same lm-eval path."""
     from esbench.evaluation import evaluate
 
     spec = ev.sparsity

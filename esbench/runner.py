@@ -169,7 +169,7 @@ def _run_cell(cell: Cell, cd: CellDir, stage: Callable[[str], None]) -> dict[str
 
             state = {k: v.detach().cpu().contiguous() for k, v in backend.parameters().items()}
             save_file(state, str(cd.final_weights))
-        if ev.sparsity:
+        if ev.sparsity and (ev.sparsity.methods is None or spec.method.kind in ev.sparsity.methods):
             t3 = time.perf_counter()
             analyses["sparsity"] = functional_sparsity(backend, start, ev, spec.seed, cd.sparsity, metrics)
             timings["sparsity_s"] = time.perf_counter() - t3

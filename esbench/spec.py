@@ -124,11 +124,15 @@ class DiversitySpec(_Strict):
 
 
 class SparsitySpec(_Strict):
-    """Functional sparsity of trained cells (paper Tables 11-12): keep only |Δθ| ≥ τ and re-evaluate Pass@1."""
+    """Functional sparsity of trained cells (paper Tables 11-12, Eq. 16): reset the changed coordinates with
+    |Δθ| ≤ τ to θ₀ and re-evaluate Pass@1."""
 
     taus: list[float] = Field(min_length=1, description="Magnitude thresholds τ.")
     task: OptionalTask = Field(None, description="Task re-evaluated; default the first eval task.")
     n: int | None = Field(None, gt=0, description="Samples per problem; default eval.n.")
+    methods: list[str] | None = Field(
+        None, description="Method kinds analysed (paper: [es], thresholded ES); default every trained cell."
+    )
 
     @field_validator("taus")
     @classmethod

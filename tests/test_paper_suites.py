@@ -331,3 +331,28 @@ def test_hard_sequences_start_from_the_checkpoint_and_train_grpo_with_table_14()
     assert model_to_load(cells["es-grpo"].spec["method"], model)["path"] == model["path"]
     kinds = [s["kind"] for s in cells["es-grpo"].spec["method"]["config"]["stages"]]
     assert kinds == ["es", "grpo"] and "grpo-train" not in cells
+
+
+def _taus(table: int) -> list[float]:
+    data = json.loads((REPO / "leaderboard" / "reference" / "paper_tables.json").read_text())
+    return sorted({float(v["tau"]) for v in data["values"] if v["table"] == table and v.get("tau") not in (None, "full")})
+
+
+@pytest.mark.parametrize(("name", "table", "task"), [("paper-easy", 11, "gsm8k"), ("paper-hard", 12, "math500")])
+def test_paper_suites_measure_what_tables_11_12_and_fig_2_measured(name, table, task):
+    """Issue 13: the artifact's reward and ES arithmetic, and the analyses switched on with the papers' settings."""
+    suite = load_suite(REPO / "suites" / f"{name}.yaml")
+    assert {d.reward for d in suite.spec.datasets.values()} == {"paper"}
+    sp = suite.spec.eval.sparsity
+    assert sp.taus == _taus(table) and sp.task == task and sp.n == 32 and sp.methods == ["es"]
+    probe = suite.spec.eval.probe
+    assert probe.task == "gpqa_diamond" and probe.samples >= 32  # Fig. 2: GPQA entropy with Pass@16 and Pass@32
+    assert suite.spec.eval.diversity.sigma == suite.methods["es"][1].sigma
+    es = suite.methods["es"][1]
+    assert es.data_order == "keep-tail" and es.precision == "paper-bf16"
+    if name == "paper-easy":  # the artifact's topology (paper_protocol.md section 9)
+        assert (es.engines, es.engine_sync_every, es.shuffle_seed) == (8, 117, 42)
+        (cell,) = [c for c in suite.cells() if c.labels["method"] == "es"][:1]
+        from esbench.methods.es import ES
+
+        assert ES.updates_for(cell.spec["budget"], 7473, es) == 234  # 2 x 117, the tail batch kept
