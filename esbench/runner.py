@@ -195,7 +195,7 @@ def _run_cell(cell: Cell, cd: CellDir, stage: Callable[[str], None]) -> dict[str
             f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(cd.samples.glob("*.jsonl"))
         },
         "held_out": ev.held_out,
-        "train": {**train_summary(log_rows), **result.summary},
+        "train": {**train_summary(log_rows), **result.summary, "evaluated_dtype": spec.model.dtype},
         **analyses,
         "budget_used": {
             "updates": result.updates,

@@ -318,4 +318,5 @@ class ES(Method):
         ctx.maybe_probe(budget, final=True)
         if bf16:
             backend.cast(torch.float32)  # exact widening; evaluation sees the bf16 weights' values
-        return TrainResult(updates=budget, ideal=editor.ideal_state(), **counters)
+        summary = {"precision": cfg.precision + (f", {cfg.engines} engines" if cfg.engines > 1 else "")}
+        return TrainResult(updates=budget, ideal=editor.ideal_state(), summary=summary, **counters)

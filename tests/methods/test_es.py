@@ -101,7 +101,8 @@ def test_paper_bf16_mode_logs_restore_residual(tmp_path, es_suite):
         .replace("budgets: [12]", "budgets: [2]")
     )
     assert main(["run", str(es_suite), "--out", str(tmp_path / "o")]) == 0
-    _, d = only_record(tmp_path / "o")
+    rec, d = only_record(tmp_path / "o")
+    assert (rec["train"]["precision"], rec["train"]["evaluated_dtype"]) == ("paper-bf16", "float32")  # policy stated
     rows = [json.loads(x) for x in (d / "train.jsonl").read_text().splitlines()]
     assert all(r["restore_residual_rms"] > 0 for r in rows), rows
     assert all(r["changed_fraction"] < 1.0 for r in rows), "bf16 rounds part of each update away"
