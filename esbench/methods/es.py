@@ -36,8 +36,7 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from esbench.es import population
-from esbench.es import BF16_MODES
+from esbench.es import BF16_MODES, population
 from esbench.es.weights import WeightEditor
 from esbench.methods import Method, TrainContext, TrainResult
 from esbench.records import atomic_write_json
@@ -52,6 +51,11 @@ class ESConfig(BaseModel):
     batch_size: int = Field(32, gt=0, description="Prompts per update, shared by the whole population.")
     antithetic: bool = Field(False, description="Mirrored pairs (+ε, −ε); population must be even.")
     centered_ranks: bool = Field(False, description="Centred-rank fitness shaping instead of z-scores.")
+    normalization: Literal["zscore", "center", "none"] = Field(
+        "zscore",
+        description="Reward normalisation across members: z-score (ddof 0, eps 1e-8; the paper), mean-centred, or "
+        "the raw rewards (Fig. 1(c)'s ablation).",
+    )
     group_by_prompt: bool = Field(False, description="Shape rewards per prompt across members, then average.")
     weight_decay: float = Field(0.0, ge=0, lt=1, description="Per-update shrink factor of θ (or θ−θ₀).")
     decay_anchor: Literal["zero", "init"] = Field("zero", description="Decay toward 0 or toward θ₀.")
@@ -87,6 +91,8 @@ class ESConfig(BaseModel):
     def _antithetic_pairs(self) -> ESConfig:
         if self.antithetic and self.population % 2:
             raise ValueError(f"population: antithetic pairs need an even population, got {self.population}")
+        if self.centered_ranks and self.normalization != "zscore":
+            raise ValueError("normalization: centred ranks are a normalisation of their own; leave it at zscore")
         if self.engines > 1 and self.precision != "paper-bf16":
             raise ValueError(f"engines: {self.engines} engines simulate paper-bf16's replicas, not {self.precision}")
         if self.engines > self.population:
@@ -127,9 +133,12 @@ def centered_ranks(x: np.ndarray) -> np.ndarray:
     return ranks / max(len(x) - 1, 1) - 0.5
 
 
+NORMALISE = {"zscore": zscore, "center": lambda x: x - x.mean(), "none": lambda x: x}
+
+
 def shape(cfg: ESConfig, rewards: np.ndarray) -> np.ndarray:
     """Fitness per member from the [members, prompts] reward matrix."""
-    f = centered_ranks if cfg.centered_ranks else zscore
+    f = centered_ranks if cfg.centered_ranks else NORMALISE[cfg.normalization]
     if cfg.group_by_prompt:
         return np.stack([f(rewards[:, j]) for j in range(rewards.shape[1])], axis=1).mean(axis=1)
     return f(rewards.mean(axis=1))

@@ -197,3 +197,31 @@ def test_antithetic_pairs_share_a_seed_with_opposite_signs():
     assert [s for s, _ in members[::2]] == [s for s, _ in members[1::2]]
     assert [sign for _, sign in members] == [1.0, -1.0] * 3
     assert len({s for s, _ in members}) == 3
+
+
+def test_normalisation_options_of_fig_1c():
+    """zscore (the paper), centred, or raw rewards: the update's coefficients are α/N times the shaped reward."""
+    rewards = np.array([[0.2], [1.0], [0.1], [0.5]])
+    base = dict(population=4, alpha=0.4)
+    members = ask(ESConfig(**base), 0, 0)
+    coeffs = {n: tell(ESConfig(**base, normalization=n), members, rewards)[1] for n in ("zscore", "center", "none")}
+    x = rewards[:, 0]
+    assert np.allclose(coeffs["none"], 0.1 * x)
+    assert np.allclose(coeffs["center"], 0.1 * (x - x.mean()))
+    assert np.allclose(coeffs["zscore"], 0.1 * (x - x.mean()) / x.std(ddof=0), rtol=1e-6)
+    with pytest.raises(ValueError, match="centred ranks"):
+        ESConfig(**base, centered_ranks=True, normalization="none")
+
+
+def test_two_point_with_n_over_2_directions_spends_one_points_evaluations():
+    """Fig. 1(c)'s matched comparison: one-point with N directions and two-point with N/2 directions evaluated at
+    ±σε both roll out N perturbed models per update (antithetic: `population` counts evaluations)."""
+    one, two = ESConfig(population=8), ESConfig(population=8, antithetic=True)
+    m1, m2 = ask(one, 3, 0), ask(two, 3, 0)
+    assert len(m1) == len(m2) == 8  # evaluations per update
+    assert len({s for s, _ in m1}) == 8 and len({s for s, _ in m2}) == 4  # directions
+    # two-point's update: each direction weighted by (z₊ − z₋), the difference estimator
+    rewards = np.arange(8.0)[:, None]
+    seeds, coeffs = tell(two, m2, rewards)
+    z = zscore(rewards[:, 0])
+    assert np.allclose(coeffs, two.alpha / 8 * (z[0::2] - z[1::2]))
