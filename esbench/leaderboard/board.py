@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from esbench.leaderboard.compare import compare, estimate
+from esbench.leaderboard.artifact import cell_verdict
+from esbench.leaderboard.compare import compare, estimate, pooled_seed_sd, seed_sd_for
+from esbench.leaderboard.grid import method_key
 from esbench.leaderboard.verify import MANIFEST, Report, sha256_file, verify
 
 METRICS = ["pass@1", "pass@16", "pass@32", "maj@16", "maj@32", "greedy"]
@@ -72,14 +74,6 @@ def flatten(obj: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[key] = v
     return out
-
-
-def method_key(spec: dict[str, Any]) -> str:
-    """`es`, `grpo`, ... or `sequence:es,grpo` for a composition (the paper's ES->GRPO)."""
-    m = spec["method"]
-    if m["kind"] == "sequence":
-        return "sequence:" + ",".join(s["kind"] for s in m["config"].get("stages", []))
-    return m["kind"]
 
 
 def reference_value(
@@ -190,7 +184,8 @@ def _entries(
                     refv = expected_value(expected, paper_model, paper_method, paper_task, m, spec["budget"])
                     refv = refv or reference_value(ref, pmap["tables"], paper_model, paper_method, paper_task, m)
                 if refv is not None:
-                    v = compare(est, refv["value"], m, release["rule"], refv.get("se"))
+                    s_seed = seed_sd_for(release["rule"], m, t, method_key(spec), refv)
+                    v = compare(est, refv["value"], m, release["rule"], refv.get("se"), s_seed)
                     row.update(
                         ref=refv["value"],
                         source=refv["source"],
@@ -199,6 +194,8 @@ def _entries(
                         band=v.band,
                         warn_band=v.warn_band,
                     )
+                    if v.seed_sd:
+                        row["seed_sd"] = v.seed_sd
                 else:
                     row["status"] = NO_REF if not mapped else None
                 metrics[m] = row
@@ -212,6 +209,11 @@ def _entries(
                     if all(f"pass@{k}" in c.recomputed.get(t, {}) for c in cells)
                 },
             }
+            artifact = release["rule"].get("artifact")
+            if artifact and t == artifact.get("task"):
+                verdicts = [cell_verdict(artifact, c.record, c.recomputed, c.per_problem, c.id) for c in cells]
+                if any(verdicts):
+                    e.tasks[t]["artifact"] = [v.to_json() for v in verdicts if v is not None]
         for c in cells:
             prov = c.record["provenance"]
             e.provenance.append(
@@ -243,3 +245,19 @@ def _entries(
             )
         out.append(e)
     return out
+
+
+def seed_sd_estimates(entries: list[Entry]) -> dict[str, float]:
+    """Seed SDs (pp) for a release's `rule["seed_sd_pp"]`, from the multi-seed entries given: one value per
+    `METHOD/TASK/METRIC`, pooled over the entries (models, budgets, submissions) that share it. Release code copies
+    reference files rather than building them from records, so a maintainer calls this on the board of a multi-seed
+    reference run and passes the result to `write_release(rule=...)`. Entries of one seed are skipped."""
+    groups: dict[str, list[list[float]]] = {}
+    for e in entries:
+        if len(e.seeds) < 2:
+            continue
+        for t, td in e.tasks.items():
+            for m, row in td["metrics"].items():
+                groups.setdefault(f"{e.kind}/{t}/{m}", []).append(row["per_seed"])
+    out = {key: pooled_seed_sd(g) for key, g in sorted(groups.items())}
+    return {k: v for k, v in out.items() if v is not None}

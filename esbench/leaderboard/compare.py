@@ -1,4 +1,4 @@
-"""The two-sided comparison rule (ADR 0007, written out in leaderboard/README.md).
+"""The two-sided comparison rule (ADR 0009, written out in leaderboard/README.md).
 
 Over a run's seeds, a metric is *reproduced* when |mean − ref| ≤ band, with
 band = max(δ, t_{q, df} · √(SE_run² + SE_ref²)). It is *warn* up to `warn_factor` × band and *fail* beyond.
@@ -8,6 +8,14 @@ check only guards one side). All quantities are in percentage points, as the pap
 SE_run is the standard error of the mean over seeds (df = seeds − 1). With one seed it is the per-problem
 bootstrap standard error, which for a mean of per-problem values has the closed form √(var₀(x)/P) (the variance
 of the bootstrap distribution of the mean, with ddof 0), so it needs no resampling and no random seed; df = ∞.
+
+Seed variance (ADR 0011). The bootstrap SE of one seed measures only which problems and which samples were drawn;
+a second training seed moves the number by more than that. When the release carries a seed SD s_seed for a metric
+(rule key `seed_sd_pp`, or `seed_sd` on a reference value), a single-seed run's band is
+max(δ, t · √(SE_run² + SE_ref² + s_seed²)). s_seed is the SD of one seed's result around the mean over seeds
+(ddof 1 over per-seed values), not the SE of a k-seed mean: the run being judged is one draw, whose deviation from
+the population mean has variance s_seed², whatever k the estimate came from. With two or more seeds the run's SE
+over seeds already contains the seed variance, so nothing is added. A release without the key adds nothing.
 """
 
 from __future__ import annotations
@@ -91,6 +99,48 @@ def estimate(per_seed: Sequence[float], per_problem_first_seed: Sequence[float] 
     return Estimate(mean, 100.0 * bootstrap_se(per_problem_first_seed), None, 1, "bootstrap")
 
 
+def pooled_seed_sd(groups: Sequence[Sequence[float]]) -> float | None:
+    """The seed SD pooled over cells: √(Σ (k_i − 1)·s_i² / Σ (k_i − 1)) over groups of per-seed values (one group
+    per cell, in the values' unit). Groups of one seed say nothing about seed variance and are skipped; None when
+    no group has two seeds. A release maker fills `seed_sd_pp` with this; `compare` never estimates it itself."""
+    num = dof = 0.0
+    for values in groups:
+        k = len(values)
+        if k < 2:
+            continue
+        mean = sum(values) / k
+        num += sum((x - mean) ** 2 for x in values)
+        dof += k - 1
+    return math.sqrt(num / dof) if dof else None
+
+
+def seed_sd_for(
+    rule: dict[str, Any],
+    metric: str,
+    task: str | None = None,
+    method: str | None = None,
+    ref: dict[str, Any] | None = None,
+) -> float | None:
+    """The seed SD (pp) the release carries for this comparison, or None (the default: no seed term).
+
+    Most specific first: `seed_sd` on the reference value itself (a multi-seed reference run of that very cell),
+    then the rule's `seed_sd_pp` under `METHOD/TASK/METRIC`, `TASK/METRIC`, `METRIC` (METHOD as the paper map keys
+    it: `es`, `sequence:es,grpo`). Seed spread differs by orders of magnitude between GSM8K Pass@1 and AIME Pass@32,
+    so a per-metric value alone is coarse; the narrower keys let a release be exact where it has the data."""
+    value = (ref or {}).get("seed_sd")
+    if value is None:
+        table = rule.get("seed_sd_pp") or {}
+        keys = [f"{method}/{task}/{metric}"] if method and task else []
+        keys += [f"{task}/{metric}"] if task else []
+        value = next((table[k] for k in [*keys, metric] if table.get(k) is not None), None)
+    if value is None:
+        return None
+    value = float(value)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"seed SD for {metric} must be a finite number >= 0, got {value}")
+    return value
+
+
 @dataclass(frozen=True)
 class Verdict:
     status: str  # reproduced | warn | fail
@@ -99,15 +149,30 @@ class Verdict:
     warn_band: float  # warn if band < |delta| <= warn_band
     delta_pp: float
     t: float
+    seed_sd: float = 0.0  # the seed SD that went into the band (0: none carried, or the run has >= 2 seeds)
 
 
-def compare(est: Estimate, ref: float, metric: str, rule: dict[str, Any], se_ref: float | None = None) -> Verdict:
-    """Classify `est` against a reference value `ref` (pp) under the release's `rule`."""
+def compare(
+    est: Estimate,
+    ref: float,
+    metric: str,
+    rule: dict[str, Any],
+    se_ref: float | None = None,
+    seed_sd: float | None = None,
+) -> Verdict:
+    """Classify `est` against a reference value `ref` (pp) under the release's `rule`.
+
+    `seed_sd` (pp, from `seed_sd_for`) widens a single-seed run's band by the seed-to-seed variance its bootstrap
+    SE cannot see; it is ignored for a run of several seeds, whose SE over seeds already holds it. Adding a
+    variance term can only widen the band, never narrow it."""
     delta_pp = float(rule["delta_pp"].get(metric, rule["delta_pp_default"]))
     se_ref = float(rule["se_ref_pp_default"] if se_ref is None else se_ref)
+    s_seed = float(seed_sd) if seed_sd is not None and est.seeds < 2 else 0.0
+    if not math.isfinite(s_seed) or s_seed < 0:
+        raise ValueError(f"seed SD must be a finite number >= 0, got {seed_sd}")
     t = t_quantile(est.df, rule["quantile"])
-    band = max(delta_pp, t * math.sqrt(est.se**2 + se_ref**2))
+    band = max(delta_pp, t * math.sqrt(est.se**2 + se_ref**2 + s_seed**2))
     warn_band = rule["warn_factor"] * band
     d = est.mean - ref
     status = "reproduced" if abs(d) <= band else ("warn" if abs(d) <= warn_band else "fail")
-    return Verdict(status, d, band, warn_band, delta_pp, t)
+    return Verdict(status, d, band, warn_band, delta_pp, t, s_seed)

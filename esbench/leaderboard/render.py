@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from esbench.leaderboard.artifact import describe, summary
 from esbench.leaderboard.board import METRICS, NO_REF, Board, Entry
 from esbench.records import atomic_write_text
 
@@ -86,10 +87,13 @@ def _table_models(board: Board, table: int) -> list[str]:
 
 
 def rule_text(rule: dict[str, Any]) -> str:
+    """The rule as the release freezes it. A release without the ADR 0011 keys reads exactly as before them."""
     deltas = ", ".join(f"{m} {d:g} pp" for m, d in rule["delta_pp"].items())
-    return f"""A metric is compared over a run's seeds with the two-sided rule
+    seeded = "seed_sd_pp" in rule
+    terms = "SE_run² + SE_ref² + s_seed²" if seeded else "SE_run² + SE_ref²"
+    text = f"""A metric is compared over a run's seeds with the two-sided rule
 
-    reproduced   when |mean − ref| ≤ band,  band = max(δ, t · √(SE_run² + SE_ref²))
+    reproduced   when |mean − ref| ≤ band,  band = max(δ, t · √({terms}))
     warn         when band < |mean − ref| ≤ {rule["warn_factor"]:g} × band
     fail         beyond that (too high is as suspicious as too low)
 
@@ -102,6 +106,58 @@ def rule_text(rule: dict[str, Any]) -> str:
 - The rule's parameters live in the release (`releases/<id>/release.json`, key `rule`) and change only with a new
   release. Cells with no paper counterpart (the tiny suite, a plug-in off the paper's grid) are shown with the
   status *{NO_REF}* and are never coloured as reproduced."""
+    if seeded:
+        text += "\n" + seed_text(rule["seed_sd_pp"])
+    if rule.get("artifact"):
+        text += "\n\n" + artifact_text(rule["artifact"])
+    return text
+
+
+def seed_text(seed_sd: dict[str, Any]) -> str:
+    given = ", ".join(f"{k} {v:g} pp" for k, v in seed_sd.items() if v is not None)
+    return f"""- s_seed is the seed-to-seed SD of a single seed's result (ddof 1 over per-seed values), in pp. It is
+  added only for a single-seed run, whose per-problem bootstrap SE cannot see training-seed variance; with two or
+  more seeds the SE over seeds already holds it. It is the SD of one seed, not the SE of a k-seed mean: the run
+  judged is one draw. Per key (METRIC, TASK/METRIC or METHOD/TASK/METRIC; a reference value's own `seed_sd`
+  first): {given or "none in this release, so s_seed = 0"}."""
+
+
+def artifact_text(artifact: dict[str, Any]) -> str:
+    """The artifact rule in words, from its rule data (what it matches, its criteria and where each holds)."""
+
+    def pairs(d: dict[str, Any]) -> str:
+        return ", ".join(f"{k} = {json.dumps(v)}" for k, v in d.items())
+
+    runs = [
+        f"{name}: {pairs(run['match'])}, {run['updates']} updates; "
+        + ", ".join(f"{c} {ref:g}" for c, ref in run["reference"].items())
+        for name, run in artifact["runs"].items()
+    ]
+    lines = [
+        "Artifact rule, judged beside the rule above and leaving its verdicts as they are (source: "
+        f"{artifact.get('source', 'not recorded')}):",
+        "",
+        f"- It judges a cell with {pairs(artifact['match'])} that evaluates all {artifact['problems']} problems of "
+        f"{artifact['task']} and is one of the artifact's runs:",
+        *[f"  - {r}" for r in runs],
+    ]
+    for name, c in artifact["criteria"].items():
+        tol = f"within ±{c['tolerance']:g} {c['unit']}" if c["tolerance"] else "exact"
+        where = (
+            "in any environment"
+            if c.get("environment", "any") == "any"
+            else "only where the record's provenance shows the artifact's environment, else *not applicable* "
+            "(with the keys that differ)"
+        )
+        lines.append(f"- {name} ({c['metric']}): {tol}, {where}.")
+    env = artifact.get("environment", {})
+    pins = [f"{k} {v}" for k, v in env.get("versions", {}).items()]
+    pins += [f"{k} = {json.dumps(v)}" for k, v in env.get("equal", {}).items()]
+    lines += [
+        f"- The artifact's environment: {', '.join(pins)} (versions match by release prefix).",
+        "- A cell passes when every applicable criterion holds and fails when one does not.",
+    ]
+    return "\n".join(lines)
 
 
 def markdown(board: Board) -> str:
@@ -185,8 +241,10 @@ def suite_sections(board: Board) -> list[str]:
         for t in tasks:
             held = " (held out)" if entries[0].tasks[t]["held_out"] else ""
             out += [f"**{t}**{held}", ""]
-            out.append("| model | method | budget | seeds | " + " | ".join(metrics) + " | status |")
-            out.append("|---|---|---|---|" + "---:|" * len(metrics) + "---|")
+            artifact = any("artifact" in e.tasks[t] for e in entries)  # the column only where the rule applies
+            extra = " artifact rule |" if artifact else ""
+            out.append("| model | method | budget | seeds | " + " | ".join(metrics) + " | status |" + extra)
+            out.append("|---|---|---|---|" + "---:|" * len(metrics) + "---|" + ("---|" if artifact else ""))
             for e in entries:
                 cells = []
                 for m in metrics:
@@ -207,9 +265,24 @@ def suite_sections(board: Board) -> list[str]:
                     f"| {e.model} | {e.method}{plug} | {e.budget} | {_seeds(e.seeds)} | "
                     + " | ".join(cells)
                     + f" | {status} |"
+                    + (
+                        f" {artifact_cell(e.tasks[t].get('artifact'), board.release, len(e.seeds))} |"
+                        if artifact
+                        else ""
+                    )
                 )
             out.append("")
     return out
+
+
+def artifact_cell(verdicts: list[dict[str, Any]] | None, release: dict[str, Any], seeds: int = 1) -> str:
+    """The artifact verdict of an entry: one line per matched seed (named when the entry has several), `—` where
+    the rule does not apply."""
+    if not verdicts:
+        return "—"
+    problems = release["rule"]["artifact"].get("problems")
+    lines = [(f"s{v['seed']}: " if seeds > 1 else "") + describe(v, problems) for v in verdicts]
+    return "<br>".join(x.replace("|", "\\|") for x in lines)
 
 
 def paper_sections(board: Board) -> list[str]:
@@ -380,6 +453,20 @@ def _paper_row(td: dict[str, Any]) -> str:
     return _td(f"{' + '.join(tables)}: {row}, {td['paper_task']}", f"{tables[0]} {row}", "txt")
 
 
+def _artifact_td(verdicts: list[dict[str, Any]] | None, release: dict[str, Any]) -> str:
+    """The artifact verdict as a badge (worst over seeds), its criteria in the tooltip."""
+    if not verdicts:
+        return _td("—")
+    status = summary(verdicts)
+    problems = release["rule"]["artifact"].get("problems")
+    title = " | ".join(f"seed {v['seed']}, {v['run']}: {describe(v, problems)}" for v in verdicts)
+    cls = {"pass": "reproduced", "fail": "fail"}.get(status, "noref")
+    return (
+        f"<td class='txt' data-value='{html.escape(status)}' title=\"{html.escape(title)}\">"
+        f"<span class='badge {cls}'>{html.escape(status)}</span></td>"
+    )
+
+
 def _status_class(status: str | None) -> str:
     return {"reproduced": "reproduced", "warn": "warn", "fail": "fail", NO_REF: "noref"}.get(status or "", "")
 
@@ -398,8 +485,11 @@ def page(board: Board, plots: dict[str, str]) -> str:
         "<th class='txt'>paper row</th>",
         *[f"<th>{m}</th>" for m in METRICS],
         "<th class='txt'>status</th>",
-        "<th class='txt'>provenance</th>",
     ]
+    artifact = any("artifact" in td for en in board.entries for td in en.tasks.values())
+    if artifact:  # the column only on a board where the artifact rule judged some cell
+        head.append("<th class='txt'>artifact rule</th>")
+    head.append("<th class='txt'>provenance</th>")
     rows = []
     drawer_data: dict[str, Any] = {}
     for en in board.entries:
@@ -433,6 +523,8 @@ def page(board: Board, plots: dict[str, str]) -> str:
                         f"; paper {row['ref']:.2f} ({src['table']}, {src['row']}, {src['column']}); "
                         f"band ±{row['band']:.2f}, warn ±{row['warn_band']:.2f}"
                     )
+                    if row.get("seed_sd"):
+                        title += f" (with seed SD {row['seed_sd']:.2f})"
                 cls = _status_class(row.get("status"))
                 if row.get("status"):
                     statuses.append(row["status"])
@@ -443,6 +535,8 @@ def page(board: Board, plots: dict[str, str]) -> str:
                 f"<td class='txt' data-value='{order.index(status)}'><span class='badge {_status_class(status)}'>"
                 f"{e(status)}</span></td>"
             )
+            if artifact:
+                cells.append(_artifact_td(td.get("artifact"), rel))
             cells.append(f"<td class='txt'><button class='prov' data-key='{e(en.key)}'>details</button></td>")
             rows.append("<tr>" + "".join(cells) + "</tr>")
     figures = "".join(
