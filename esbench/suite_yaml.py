@@ -52,6 +52,11 @@ def _walk(node: yaml.Node, path: tuple, lines: dict[tuple, int], dups: list) -> 
             seen: dict[Any, int] = {}
             for key_node, value_node in node.value:
                 key = key_node.value
+                # a key merged in with `<<: *anchor` lies outside this mapping; overriding it is YAML's merge rule
+                own = node.start_mark.index <= key_node.start_mark.index < node.end_mark.index
+                if not own:
+                    children.append((value_node, path + (key,)))
+                    continue
                 if key in seen:
                     dups.append(
                         (

@@ -258,7 +258,7 @@ def test_trained_methods_expand_over_datasets_budgets_and_seeds(tmp_path):
     assert len(cells) == 2 + 4 and len(es) == 4
     assert sorted({c.spec["budget"] for c in es}, key=str) == [10, "1ep"]
     assert es[0].spec["method"]["config"]["sigma"] == 0.01 and es[0].spec["method"]["config"]["population"] == 30
-    assert es[0].spec["dataset"] == {"task": "tiny_arith", "size": 64}
+    assert es[0].spec["dataset"] == {"task": "tiny_arith", "size": 64, "reward": "verifier"}
 
 
 def test_unknown_keys_name_the_expected_ones(tmp_path):

@@ -183,3 +183,19 @@ def test_hostile_suite_through_the_cli_exits_2_without_traceback(repo, tmp_path,
         assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
         assert len(proc.stderr) < 1000
     assert sorted(p.name for p in tmp_path.iterdir()) == ["suite.yaml"], "a refused suite writes nothing"
+
+
+def test_a_merge_key_may_be_overridden_but_a_key_written_twice_is_still_an_error(repo, tmp_path):
+    """YAML's merge rule: an explicit key overrides the one merged from an anchor (suites/paper-population.yaml
+    varies N this way). A key written twice in one mapping is still refused, with its line."""
+    text = (repo / "suites" / "tiny-full.yaml").read_text()
+    bf16 = text[text.index("  es-bf16:") : text.index("  es-grpo:")]
+    anchored = text.replace("  es:  ", "  es: &es", 1).replace(
+        bf16, "  es-bf16: {<<: *es, precision: paper-bf16, population: 4}\n"
+    )
+    cells = {c.labels["method"]: c for c in load_suite(write(tmp_path, anchored)).cells()}
+    assert cells["es-bf16"].spec["method"]["config"]["population"] == 4
+    assert cells["es"].spec["method"]["config"]["population"] != 4
+    twice = anchored.replace("population: 4}", "population: 4, population: 6}")
+    with pytest.raises(SuiteError, match="duplicate key 'population'"):
+        load_suite(write(tmp_path, twice))
