@@ -35,6 +35,7 @@ TASK_NAMES = {
     "MATH500": "math500",
 }
 PAPER_SUITES = ["paper-easy", "paper-hard", "paper-easy-smoke"]
+EXPERIMENT_SUITES = ["paper-population", "paper-ablations", "paper-subtraction"]  # issue 14: beyond the main grid
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -289,7 +290,7 @@ def test_cell_counts_match_the_papers_grid(name, table):
 def test_models_and_datasets_are_pinned():
     from esbench.tasks import get_task, hub
 
-    for name in PAPER_SUITES:
+    for name in PAPER_SUITES + EXPERIMENT_SUITES:
         suite = load_suite(REPO / "suites" / f"{name}.yaml")
         for m in suite.spec.models.values():
             assert re.fullmatch(r"[0-9a-f]{40}", m.revision or ""), f"{name}: {m.path} is not pinned"
@@ -301,7 +302,7 @@ def test_models_and_datasets_are_pinned():
     assert hub.UNPINNED == {"countdown"}
 
 
-@pytest.mark.parametrize("name", PAPER_SUITES)
+@pytest.mark.parametrize("name", PAPER_SUITES + EXPERIMENT_SUITES)
 def test_validate_and_plan_work_offline(name, monkeypatch, capsys, tmp_path):
     from esbench import cli
 
@@ -356,3 +357,53 @@ def test_paper_suites_measure_what_tables_11_12_and_fig_2_measured(name, table, 
         from esbench.methods.es import ES
 
         assert ES.updates_for(cell.spec["budget"], 7473, es) == 234  # 2 x 117, the tail batch kept
+
+
+def _launch_line(name: str) -> str:
+    return (REPO / "suites" / f"{name}.yaml").read_text().splitlines()[0]
+
+
+@pytest.mark.parametrize("name", EXPERIMENT_SUITES)
+def test_experiment_suites_begin_with_their_launch_command(name):
+    assert _launch_line(name) == f"# esbench run suites/{name}.yaml"
+
+
+def test_population_suite_is_table_6():
+    """Three Qwen2.5 sizes x N in {8, 16, 32, 64}, at least 300 updates, otherwise the easy-ES defaults."""
+    suite = load_suite(REPO / "suites" / "paper-population.yaml")
+    cells = suite.cells()
+    grid = {(c.spec["model"]["path"], c.spec["method"]["config"]["population"]) for c in cells}
+    sizes = ["Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-3B-Instruct"]
+    assert len(cells) == 12 and grid == {(m, n) for m in sizes for n in (8, 16, 32, 64)}
+    assert all(c.spec["budget"] >= 300 for c in cells)
+    easy = load_suite(REPO / "suites" / "paper-easy.yaml").methods["es"][1].model_dump()
+    for c in cells:  # only N differs from paper-easy's ES
+        cfg = c.spec["method"]["config"]
+        assert {k for k in cfg if cfg[k] != easy[k]} <= {"population"}
+
+
+def test_ablation_arms_are_fig_1c_at_matched_evaluations():
+    suite = load_suite(REPO / "suites" / "paper-ablations.yaml")
+    arms = {name: cfg for name, (_, cfg, _) in suite.methods.items()}
+    assert set(arms) == {"es-zscore", "es-none", "es-two-point"}
+    assert arms["es-zscore"].normalization == "zscore" and arms["es-none"].normalization == "none"
+    assert arms["es-two-point"].antithetic and arms["es-two-point"].normalization == "zscore"
+    # matched perturbed evaluations: every arm rolls out the same number of perturbed models per update
+    assert len({cfg.population for cfg in arms.values()}) == 1
+    from esbench.methods.es import ES
+
+    (cell,) = [c for c in suite.cells() if c.labels["method"] == "es-zscore"]
+    assert ES.updates_for(cell.spec["budget"], 7473, arms["es-zscore"]) == 3 * 117  # three epochs
+
+
+def test_subtraction_suite_is_app_e():
+    suite = load_suite(REPO / "suites" / "paper-subtraction.yaml")
+    ((kind, cfg, trains),) = suite.methods.values()
+    assert kind == "subtraction" and trains
+    assert cfg.sigmas == [1e-4, 3e-4, 1e-3]
+    (cell,) = suite.cells()
+    directions = cell.spec["budget"]
+    assert (cfg.prompts, cfg.seeds, directions) == (16, 16, 4)  # regenerated-rollout reward: 16 x 16 x 4
+    assert (cfg.prompts, cfg.fixed_samples, directions) == (16, 8, 4)  # frozen rollouts: 16 x 8 x 4
+    assert cfg.ce_prompts * directions == 128  # the fixed batch's 128 observations
+    assert cell.spec["model"]["path"] == "Qwen/Qwen2.5-1.5B-Instruct"  # the base model of Table 13
