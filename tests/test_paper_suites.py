@@ -336,7 +336,9 @@ def test_hard_sequences_start_from_the_checkpoint_and_train_grpo_with_table_14()
 
 def _taus(table: int) -> list[float]:
     data = json.loads((REPO / "leaderboard" / "reference" / "paper_tables.json").read_text())
-    return sorted({float(v["tau"]) for v in data["values"] if v["table"] == table and v.get("tau") not in (None, "full")})
+    return sorted(
+        {float(v["tau"]) for v in data["values"] if v["table"] == table and v.get("tau") not in (None, "full")}
+    )
 
 
 @pytest.mark.parametrize(("name", "table", "task"), [("paper-easy", 11, "gsm8k"), ("paper-hard", 12, "math500")])

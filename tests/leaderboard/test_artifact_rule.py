@@ -276,9 +276,7 @@ def test_rendered_board_shows_the_artifact_column_where_it_applies(report):
     base = next(x for x in md.splitlines() if x.startswith("| qwen2.5-1.5b | base |"))
     assert "| pass: mean@32 70.57 (+0.30, ref 70.2710 ± 0.5 pp) ✓; greedy 988/1319 (ref 988/1319, exact) ✓ |" in base
     es = next(x for x in md.splitlines() if x.startswith("| qwen2.5-1.5b | es |"))
-    assert (
-        "| fail: mean@32 72.60 (-0.60" in es and "greedy 966/1319 (ref 966/1319, exact) n/a (not reachable" in es
-    )
+    assert "| fail: mean@32 72.60 (-0.60" in es and "greedy 966/1319 (ref 966/1319, exact) n/a (not reachable" in es
     grpo = next(x for x in md.splitlines() if x.startswith("| qwen2.5-1.5b | grpo |"))
     assert grpo.endswith("| — |")
     assert "Artifact rule, judged beside the rule above" in md and "packages.torch 2.10.0" in md
