@@ -65,17 +65,18 @@ def task_config(task: str, repeats: int, temperature: float, top_p: float, max_n
 
 
 def _run_lm_eval(
-    lm, task_manager, overrides: list[dict], limit: int | None, seed: int, system_prompt: str | None = None
+    lm, task_manager, overrides: list[dict], limit: int | None, seed: int, chat: bool = False
 ) -> dict[str, Any]:
-    """Paper tasks (a system prompt) go through the model's chat template, as `TaskDef.prompt` renders them."""
+    """Chat tasks (the paper's) go through the model's chat template, as `TaskDef.prompt` renders them. Their system
+    message comes from each doc (`description: system` in the config), not from `system_instruction`: it differs by
+    task family, and for Countdown it is the dataset's own, row by row."""
     import lm_eval
 
-    chat = {"apply_chat_template": True, "system_instruction": system_prompt} if system_prompt is not None else {}
     return lm_eval.simple_evaluate(
         model=lm,
         tasks=overrides,
         limit=limit,
-        **chat,
+        **({"apply_chat_template": True} if chat else {}),
         log_samples=True,
         bootstrap_iters=0,
         task_manager=task_manager,
@@ -96,7 +97,8 @@ def score_samples(task_name: str, samples: list[dict[str, Any]]) -> list[dict[st
         rows.append(
             {
                 "doc_id": s["doc_id"],
-                "doc": {k: s["doc"][k] for k in ("id", "question", "answer")},
+                # `messages`: a task's own conversation (Countdown), which `TaskDef.prompt` needs to re-render it
+                "doc": {k: s["doc"][k] for k in ("id", "question", "answer", "messages") if k in s["doc"]},
                 "resps": resps,
                 "answers": [v.answer for v in verdicts],
                 "correct": [v.correct for v in verdicts],
@@ -160,7 +162,7 @@ def evaluate(
         for t in ev.tasks:
             config = task_config(t, repeats, temperature, ev.top_p, ev.max_new_tokens)
             with _stderr_to(out_dir / "lm_eval.log"):  # progress bars and chatter stay off the screen
-                res = _run_lm_eval(lm, tm, [config], ev.limit, seed, get_task(t).system_prompt)
+                res = _run_lm_eval(lm, tm, [config], ev.limit, seed, get_task(t).chat)
             rows = score_samples(t, res["samples"][t])
             evidence[t][label] = rows
             suffix = "" if label == "sampled" else ".greedy"

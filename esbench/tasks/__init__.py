@@ -6,8 +6,10 @@ runs the same configs that esbench runs. A task here adds what esbench needs bes
 
 Rows come from three sources: the synthetic families of the tiny model (plain prompts), the paper's Hugging Face
 datasets (`esbench.tasks.hub`, pinned revisions) and reasoning-gym generators. The paper's tasks (arXiv
-2608.27351) are prompted as the authors' artifact does: the math system prompt through the model's chat template.
-`deepscaler` is train-only and has no lm-eval config.
+2608.27351) are prompted as its App. G.4 says: through the model's chat template, with one system prompt per task
+family (math, multiple choice, open QA, code; the exact strings below) and the question as the user message;
+Countdown sends the dataset's own messages and no system prompt of ours. `deepscaler` is train-only and has no
+lm-eval config.
 """
 
 from __future__ import annotations
@@ -23,7 +25,23 @@ from esbench.tasks.verifiers import VERIFIERS, Verdict
 LM_EVAL_DIR = Path(__file__).parent / "configs"
 
 
+# The paper's system prompts (App. G.4), byte for byte: protocol parameters, not wording to improve.
 MATH_SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
+CHOICE_SYSTEM_PROMPT = (
+    "Please reason step by step to solve the following multiple-choice question. "
+    "Put your final choice letter inside \\boxed{}, e.g., \\boxed{C}."
+)
+OPEN_QA_SYSTEM_PROMPT = (
+    "Answer the question using the provided context. "
+    "Keep the final answer short, and put it inside <answer> </answer> tags."
+)
+CODE_SYSTEM_PROMPT = (
+    "You are a Python programming assistant. Write clean, correct Python code that passes the given tests. "
+    "The function name and signature must match exactly as specified in the test cases. "
+    "The final code block must not include the tests; do not include the tests in your answer. "
+    "Do not include explanations or text outside the code block. "
+    "Output exactly one Python markdown code block containing only the final solution code."
+)
 GYM_SEEDS = {"train": 1, "test": 2}  # reasoning-gym seed per split: disjoint, reproducible problem sets
 
 
@@ -34,12 +52,11 @@ class TaskDef:
     verifier: str  # key of VERIFIERS
     version: int = 1
     source: str | None = None  # None: synthetic family; "hub:<key>" (esbench.tasks.hub); "gym:<reasoning-gym name>"
-    system_prompt: str | None = None  # paper tasks: the math system prompt, rendered through the chat template
-
-    @property
-    def chat(self) -> bool:
-        """Paper tasks are prompted through the model's chat template; the tiny synthetic tasks are plain text."""
-        return self.system_prompt is not None
+    # chat tasks: the system message of the task's family; None with chat: the rows carry their own `messages`
+    system_prompt: str | None = None
+    # prompted through the model's chat template (the paper's tasks); False: plain `question + newline` (tiny tasks).
+    # Explicit, because a chat task need not have a system prompt of ours (Countdown).
+    chat: bool = False
 
     def verify(self, response: str, gold: str) -> Verdict:
         return VERIFIERS[self.verifier](response, gold)
@@ -57,12 +74,18 @@ class TaskDef:
         raise ValueError(f"task {self.name}: unknown source {self.source!r}")
 
     def messages(self, row: dict[str, str]) -> list[dict[str, str]]:
-        return [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": row["question"]}]
+        """The chat messages of a row: the family's system prompt and the question, or, for a task without a system
+        prompt of ours (Countdown), the dataset's own messages (`row["messages"]`, JSON) exactly as shipped."""
+        if self.system_prompt is not None:
+            return [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": row["question"]}]
+        if "messages" not in row:
+            raise ValueError(f"task {self.name} renders the dataset's own messages; this row has no 'messages'")
+        return json.loads(row["messages"])
 
     def prompt(self, row: dict[str, str], tokenizer=None) -> str:
         """The exact text the model is conditioned on (identical to what lm-eval builds from the task config):
-        plain `question + newline` for synthetic tasks; the chat template with the system prompt for paper tasks,
-        as the authors' artifact renders it (`apply_chat_template(..., add_generation_prompt=True)`)."""
+        plain `question + newline` for synthetic tasks; `messages(row)` through the chat template for paper tasks,
+        as the authors' artifact renders them (`apply_chat_template(..., add_generation_prompt=True)`)."""
         if not self.chat:
             return row["question"] + "\n"
         if tokenizer is None or not getattr(tokenizer, "chat_template", None):
@@ -97,9 +120,9 @@ def gym_rows(name: str, split: str, size: int) -> list[dict[str, str]]:
 DEFAULT_SIZES = {"train": 1024, "test": 500}
 
 
-def _paper(name: str, verifier: str, source: str | None = None, version: int = 1) -> TaskDef:
+def _paper(name: str, verifier: str, system_prompt: str | None, source: str | None = None, version: int = 1) -> TaskDef:
     return TaskDef(
-        name, name, verifier, version=version, source=source or f"hub:{name}", system_prompt=MATH_SYSTEM_PROMPT
+        name, name, verifier, version=version, source=source or f"hub:{name}", system_prompt=system_prompt, chat=True
     )
 
 
@@ -107,20 +130,30 @@ TASKS: dict[str, TaskDef] = {
     "tiny_arith": TaskDef("tiny_arith", "arith", "hash"),
     "tiny_reverse": TaskDef("tiny_reverse", "reverse", "exact"),
     "tiny_max": TaskDef("tiny_max", "max", "hash"),
-    # the paper's tasks (arXiv 2608.27351): math system prompt through the chat template
-    "gsm8k": _paper("gsm8k", "math"),
-    "deepscaler": _paper("deepscaler", "math"),
-    "aime24": _paper("aime24", "math"),
-    "aime25": _paper("aime25", "math"),
-    "amc23": _paper("amc23", "math", version=2),  # 2: revision pinned (1 loaded the hub's default branch)
-    "math500": _paper("math500", "math"),
-    "commonsense_qa": _paper("commonsense_qa", "choice"),
-    "hotpotqa": _paper("hotpotqa", "hotpot", version=2),  # 2: revision pinned
-    "gpqa_diamond": _paper("gpqa_diamond", "choice", version=2),  # 2: revision pinned
-    "mbpp": _paper("mbpp", "mbpp", version=2),  # 2: a pass needs proof that every test ran (exit 0 was gameable)
-    "countdown": _paper("countdown", "countdown"),
+    # the paper's tasks (arXiv 2608.27351): the family's system prompt through the chat template (App. G.4)
+    "gsm8k": _paper("gsm8k", "math", MATH_SYSTEM_PROMPT),
+    "deepscaler": _paper("deepscaler", "math", MATH_SYSTEM_PROMPT),
+    "aime24": _paper("aime24", "math", MATH_SYSTEM_PROMPT),
+    "aime25": _paper("aime25", "math", MATH_SYSTEM_PROMPT),
+    # 2: revision pinned (1 loaded the hub's default branch)
+    "amc23": _paper("amc23", "math", MATH_SYSTEM_PROMPT, version=2),
+    "math500": _paper("math500", "math", MATH_SYSTEM_PROMPT),
+    # 2: the paper's multiple-choice system prompt and a plain question + `A. text` message (1: the math prompt and
+    # an appended instruction); the letter is read from the last box only (1 also took "the answer is (B)")
+    "commonsense_qa": _paper("commonsense_qa", "choice", CHOICE_SYSTEM_PROMPT, version=2),
+    # 2: revision pinned; 3: the paper's open-QA system prompt, no appended instruction, answer in <answer> tags
+    # (2: the math prompt, the answer read from a box or "answer is")
+    "hotpotqa": _paper("hotpotqa", "hotpot", OPEN_QA_SYSTEM_PROMPT, version=3),
+    # 2: revision pinned; 3: as commonsense_qa's 2 (multiple-choice prompt and layout, boxed letter only)
+    "gpqa_diamond": _paper("gpqa_diamond", "choice", CHOICE_SYSTEM_PROMPT, version=3),
+    # 2: a pass needs proof that every test ran (exit 0 was gameable); 3: the paper's code system prompt and its
+    # `Task:` / `Test Cases:` user message (2: the math prompt and esbench's own wording)
+    "mbpp": _paper("mbpp", "mbpp", CODE_SYSTEM_PROMPT, version=3),
+    # 2: the dataset's own messages, no system prompt of ours, the equation read from <answer> tags only (1: the
+    # math prompt, esbench's question, the last box first)
+    "countdown": _paper("countdown", "countdown", None, version=2),
     # GSM8K-style procedural problems (reasoning-gym), for the real-LLM CPU smoke suite
-    "gsm_symbolic": _paper("gsm_symbolic", "math", source="gym:gsm_symbolic"),
+    "gsm_symbolic": _paper("gsm_symbolic", "math", MATH_SYSTEM_PROMPT, source="gym:gsm_symbolic"),
 }
 
 
@@ -139,4 +172,15 @@ def rows_hash(rows: list[dict[str, str]]) -> str:
     return h.hexdigest()
 
 
-__all__ = ["LM_EVAL_DIR", "MATH_SYSTEM_PROMPT", "TASKS", "TaskDef", "Verdict", "get_task", "rows_hash"]
+__all__ = [
+    "CHOICE_SYSTEM_PROMPT",
+    "CODE_SYSTEM_PROMPT",
+    "LM_EVAL_DIR",
+    "MATH_SYSTEM_PROMPT",
+    "OPEN_QA_SYSTEM_PROMPT",
+    "TASKS",
+    "TaskDef",
+    "Verdict",
+    "get_task",
+    "rows_hash",
+]

@@ -2,8 +2,9 @@
 
 Every source names its hub id, config, revision and split, and a normaliser that turns one raw row into an esbench
 row `{"id", "question", "answer"}` with a *string* answer (structured golds such as MBPP tests or a Countdown
-target with its numbers are JSON-encoded). Only `question` reaches the prompt; the chat template and the math
+target with its numbers are JSON-encoded). `question` is the user message; the chat template and the task family's
 system prompt are added by `TaskDef.prompt` (training) and by lm-eval (`apply_chat_template`, evaluation).
+Countdown rows also carry `messages`, the dataset's own conversation (JSON), which is rendered as it is.
 
 Offline mirrors: when `ESBENCH_DATASETS_DIR` is set and holds `<hub id>[/<config>]/`, that folder is loaded with the
 same `datasets.load_dataset` call (files named after their split: `test.jsonl`, `validation.parquet`, ...). The
@@ -105,10 +106,18 @@ def _math(question_key: str, id_key: str | None = None):
 LETTERS = "ABCDEFGHIJ"
 
 
+def choice_question(question: str, options: list[tuple[str, str]]) -> str:
+    """The user message of a multiple-choice task: the question, a blank line, then one `A. text` line per option.
+
+    The paper (App. G.4) gives the system prompt, not this layout; this is the plainest one that labels every choice.
+    No instruction is appended: the system prompt asks for the boxed letter.
+    """
+    return question.strip() + "\n\n" + "\n".join(f"{label}. {text}" for label, text in options)
+
+
 def _csqa(row, i):
     labels, texts = row["choices"]["label"], row["choices"]["text"]
-    options = "\n".join(f"({lab}) {txt}" for lab, txt in zip(labels, texts, strict=True))
-    q = f"{row['question'].strip()}\n\nAnswer Choices:\n{options}\n\nAnswer with the letter of the correct choice."
+    q = choice_question(row["question"], [(lab, str(txt).strip()) for lab, txt in zip(labels, texts, strict=True)])
     return {"id": row["id"], "question": q, "answer": row["answerKey"].strip()}
 
 
@@ -121,43 +130,48 @@ def _gpqa(row, i):
     random.Random(int(hashlib.sha256(rid.encode()).hexdigest()[:16], 16)).shuffle(order)
     shown = [options[j] for j in order]
     gold = LETTERS[order.index(0)]
-    lines = "\n".join(f"({LETTERS[k]}) {o}" for k, o in enumerate(shown))
-    q = f"{row['Question'].strip()}\n\nAnswer Choices:\n{lines}\n\nAnswer with the letter of the correct choice."
+    q = choice_question(row["Question"], [(LETTERS[k], o) for k, o in enumerate(shown)])
     return {"id": rid, "question": q, "answer": gold}
 
 
 def _hotpot(row, i):
-    """Distractor setting: the question with its ten paragraphs (two gold, eight distractors)."""
+    """Distractor setting: the ten paragraphs (two gold, eight distractors), then the question.
+
+    The paper does not state the layout: `Context:`, one `Title: text` paragraph each (sentences joined as the
+    dataset splits them), separated by blank lines, then a blank line and `Question: <question>`. No instruction is
+    appended: the system prompt asks for the short answer in `<answer>` tags.
+    """
     ctx = row["context"]
     paras = [f"{t}: {''.join(s).strip()}" for t, s in zip(ctx["title"], ctx["sentences"], strict=True)]
-    q = "Context:\n" + "\n\n".join(paras) + f"\n\nQuestion: {row['question'].strip()}\nAnswer with a short phrase."
+    q = "Context:\n" + "\n\n".join(paras) + f"\n\nQuestion: {row['question'].strip()}"
     return {"id": row["id"], "question": q, "answer": row["answer"].strip()}
 
 
-def countdown_question(target: int, nums: list[int]) -> str:
-    return (
-        f"Using the numbers {nums}, create an equation that equals {target}. You can use basic arithmetic "
-        "operations (+, -, *, /) and each number must be used exactly once. Give the equation as your final answer."
-    )
-
-
 def _countdown(row, i):
+    """The dataset's own `prompt` messages are kept (JSON in `messages`) and rendered unchanged: the paper adds no
+    prompt of its own to Countdown. `question` is the last user message, for records and display."""
+    messages = [{"role": str(m["role"]), "content": str(m["content"])} for m in row["prompt"]]
+    users = [m["content"] for m in messages if m["role"] == "user"]
+    if not users:
+        raise ValueError(f"Countdown row {i} has no user message in its prompt")
     nums = [int(n) for n in row["nums"]]
     target = int(row["target"])
     return {
         "id": f"countdown-{i}",
-        "question": countdown_question(target, nums),
+        "question": users[-1],
         "answer": json.dumps({"target": target, "nums": nums}),
+        "messages": json.dumps(messages),
     }
 
 
 def _mbpp(row, i):
+    """The paper's user message (App. G.4): `Task: <description>`, a newline, `Test Cases: <public tests>`.
+
+    The public tests are the sanitized split's `test_list` joined with newlines (the split has no separate hidden
+    tests), the same asserts the sandbox runs; `test_imports` are not shown, they are set-up for the checker.
+    """
     tests = list(row["test_list"])
-    q = (
-        f"{row['prompt'].strip()}\nYour code should pass these tests:\n\n"
-        + "\n".join(tests)
-        + "\n\nWrite the Python function in a ```python code block."
-    )
+    q = f"Task: {row['prompt'].strip()}\nTest Cases: " + "\n".join(tests)
     gold = {"test_list": tests, "test_imports": list(row.get("test_imports") or [])}
     return {"id": str(row["task_id"]), "question": q, "answer": json.dumps(gold)}
 

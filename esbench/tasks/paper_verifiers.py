@@ -7,12 +7,16 @@ Math follows the authors' artifact (yunpengba7/understanding-es, `rewards.py`): 
 When math-verify extracts nothing, the artifact falls back to the last `#### n`, `\\boxed{}` or "answer is n" and
 compares normalised numbers; so does this module. The 0.1 format reward goes to a response with a `\\boxed{...}`.
 
-The held-out tasks are answered under the same math system prompt, so each reads the last `\\boxed{}` first:
-- multiple choice (CommonsenseQA, GPQA): the option letter;
-- HotpotQA: SQuAD-style normalised exact match (lower case, no punctuation or articles, collapsed spaces);
-- Countdown: an arithmetic expression parsed with `ast` (never `eval`), using exactly the given numbers, each once
-  (the TinyZero / Countdown-Tasks rule), evaluated in exact fractions and equal to the target;
-- MBPP: the last fenced code block, run with the task's tests in `esbench.tasks.sandbox`.
+The held-out tasks extract their answer as the paper's App. G.4 says each family does (its system prompt asks for
+exactly that format, see `esbench.tasks`):
+- multiple choice (CommonsenseQA, GPQA): the option letter in the last `\\boxed{}`; formatted = a box was found;
+- HotpotQA: the last `<answer>...</answer>` pair, SQuAD-style normalised exact match (lower case, no punctuation or
+  articles, collapsed spaces);
+- Countdown: the last `<answer>...</answer>` pair, an arithmetic expression parsed with `ast` (never `eval`), using
+  exactly the given numbers, each once (the TinyZero / Countdown-Tasks rule), evaluated in exact fractions and equal
+  to the target;
+- MBPP: the last fenced code block (the prompt asks for exactly one), run with the task's tests in
+  `esbench.tasks.sandbox`.
 Structured golds arrive JSON-encoded in the row's `answer` string.
 """
 
@@ -25,7 +29,7 @@ import string
 from fractions import Fraction
 from functools import cache, lru_cache
 
-from esbench.tasks.verifiers import Verdict, normalise_number
+from esbench.tasks.verdict import Verdict, normalise_number
 
 _MINUS = str.maketrans({"\u2212": "-", "\u2013": "-", "\u00d7": "*", "\u00f7": "/", "\u22c5": "*"})
 
@@ -137,19 +141,38 @@ _LETTER = re.compile(r"^\(?([A-J])\)?(?:[.:)\s]|$)")
 
 
 def choice_letter(text: str) -> str | None:
-    """The chosen option letter: from the last box (`B`, `(B)`, `\\text{B}`, `B. Paris`), else "answer is (B)"."""
+    """The option letter in the last box (`B`, `(B)`, `\\text{B}`, `B. Paris`); None without one.
+
+    Only a box counts: the paper extracts a boxed letter for multiple choice and its system prompt asks for one. The
+    former "the answer is (B)" fallback is gone: it credited responses that ignore the requested format, which the
+    paper's scoring does not, and it let `answer` and `formatted` disagree.
+    """
     boxed = last_boxed(text)
-    if boxed is not None:
-        m = _LETTER.match(strip_latex_text(boxed).strip())
-        if m:
-            return m.group(1)
-    said = re.findall(r"answer\s*(?:is|:)\s*\**\s*\(?([A-J])\b\)?", text, re.I)
-    return said[-1].upper() if said else None
+    if boxed is None:
+        return None
+    m = _LETTER.match(strip_latex_text(boxed).strip())
+    return m.group(1) if m else None
 
 
 def verify_choice(response: str, gold: str) -> Verdict:
+    """Formatted means a box was found (the 0.1 format reward), even when no letter can be read from it."""
     letter = choice_letter(response)
     return Verdict(letter, letter is not None and letter == gold.strip().upper(), last_boxed(response) is not None)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# <answer> tags (HotpotQA, Countdown)
+
+
+def answer_tag(text: str) -> str | None:
+    """Content of the last `<answer>...</answer>` pair, whitespace stripped; None without a closed pair.
+
+    The last closing tag and the nearest opening tag before it: a model that drafts an answer and then corrects it
+    is scored on the correction, and a stray unclosed `<answer>` earlier in the text cannot swallow the final pair.
+    """
+    end = text.rfind("</answer>")
+    start = text.rfind("<answer>", 0, end) if end >= 0 else -1
+    return text[start + len("<answer>") : end].strip() if start >= 0 else None
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -165,15 +188,12 @@ def squad_normalise(s: str) -> str:
 
 
 def verify_hotpot(response: str, gold: str) -> Verdict:
-    boxed = last_boxed(response)
-    raw = strip_latex_text(boxed) if boxed is not None else None
-    if raw is None:
-        said = re.findall(r"answer\s*(?:is|:)\s*([^\n]+)", response, re.I)
-        raw = said[-1].strip().rstrip(".") if said else None
+    """Exact match of the tagged answer; tags present but empty are formatted, with no answer."""
+    raw = answer_tag(response)
     if raw is None:
         return Verdict(None, False, False)
-    answer = squad_normalise(raw)
-    return Verdict(answer, answer == squad_normalise(gold), boxed is not None)
+    answer = squad_normalise(raw) if raw else None
+    return Verdict(answer, answer is not None and answer == squad_normalise(gold), True)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -207,14 +227,9 @@ def _eval(node: ast.AST, used: list[int]) -> Fraction:
     raise _Unsafe(f"not allowed in a Countdown equation: {type(node).__name__}")
 
 
-def countdown_expression(text: str) -> str | None:
-    """The proposed equation: last box, else `<answer>...</answer>`; a trailing `= target` is dropped."""
-    raw = last_boxed(text)
-    if raw is None:
-        tags = re.findall(r"<answer>(.*?)</answer>", text, re.S)
-        raw = tags[-1] if tags else None
-    if raw is None:
-        return None
+def countdown_expression(raw: str) -> str | None:
+    """The equation inside the answer tags, in Python syntax: LaTeX and unicode operators mapped, a trailing
+    `= target` dropped; None when nothing is left."""
     raw = strip_latex_text(raw).translate(_MINUS)
     raw = raw.replace("\\times", "*").replace("\\cdot", "*").replace("\\div", "/").replace("\\left", "")
     raw = raw.replace("\\right", "").replace("{", "(").replace("}", ")")
@@ -237,9 +252,12 @@ def check_countdown(expression: str, target: int, nums: list[int]) -> bool:
 
 def verify_countdown(response: str, gold: str) -> Verdict:
     g = json.loads(gold)
-    expr = countdown_expression(response)
-    if expr is None:
+    raw = answer_tag(response)
+    if raw is None:
         return Verdict(None, False, False)
+    expr = countdown_expression(raw)
+    if expr is None:
+        return Verdict(None, False, True)
     return Verdict(expr.replace(" ", ""), check_countdown(expr, int(g["target"]), [int(n) for n in g["nums"]]), True)
 
 
@@ -248,7 +266,8 @@ def verify_countdown(response: str, gold: str) -> Verdict:
 
 
 def extract_code(text: str) -> str | None:
-    """The last fenced code block (```python ... ``` preferred), or None."""
+    """The last fenced code block (```python ... ``` preferred), or None: the system prompt asks for exactly one
+    Python block, and when a model writes more the last is its final solution."""
     blocks = re.findall(r"```(?:python|py|Python)\s*\n(.*?)```", text, re.S)
     if not blocks:
         blocks = re.findall(r"```[^\n]*\n(.*?)```", text, re.S)

@@ -12,32 +12,10 @@ equation checker and MBPP test execution in the sandbox. They are registered in 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from esbench.tasks.verdict import Verdict, normalise_number  # re-exported: callers import them from here too
 
 _HASH = re.compile(r"####\s*(-?[0-9][0-9,]*(?:\.[0-9]+)?)")
-
-
-@dataclass(frozen=True)
-class Verdict:
-    answer: str | None  # normalised extracted answer; None when extraction failed (abstains in Maj@k)
-    correct: bool
-    # whether the response has the requested answer format (the paper's 0.1 reward: "boxed but wrong"); by default
-    # an extracted answer counts as formatted
-    format_ok: bool | None = None
-
-    @property
-    def formatted(self) -> bool:
-        return self.answer is not None if self.format_ok is None else self.format_ok
-
-
-def normalise_number(text: str) -> str:
-    """`1,234.50` -> `1234.5`; `-0` -> `0`; integers lose a trailing `.0`."""
-    text = text.replace(",", "").replace("\u2212", "-")
-    if "." in text:
-        text = text.rstrip("0").rstrip(".")
-    if text in ("-0", ""):
-        text = "0"
-    return text
 
 
 def hash_answer(text: str) -> str | None:

@@ -8,13 +8,13 @@ import re
 
 import pytest
 
-from esbench.tasks import LM_EVAL_DIR, MATH_SYSTEM_PROMPT, TASKS, get_task, hub, rows_hash
+from esbench.tasks import LM_EVAL_DIR, TASKS, get_task, hub, rows_hash
 
 FIXTURES = __import__("pathlib").Path(__file__).resolve().parent.parent / "fixtures" / "datasets"
 HUB_TASKS = sorted(name for name, t in TASKS.items() if (t.source or "").startswith("hub:"))
 EVAL_SPLIT = {name: "train" if name == "deepscaler" else "test" for name in HUB_TASKS}
 
-# a correct response per task, written the way a model answers under the math system prompt
+# a correct response per task, in the answer format its family's system prompt asks for
 CORRECT = {
     "gsm8k": "3 + 2 = 5, so \\boxed{5}",
     "deepscaler": "\\boxed{\\dfrac{5}{6}}",
@@ -24,8 +24,8 @@ CORRECT = {
     "math500": "\\boxed{\\frac{3}{4}}",
     "commonsense_qa": "Banks guard money. \\boxed{A}",
     "gpqa_diamond": lambda row: f"The photon. \\boxed{{{row['answer']}}}",  # the letter depends on the shuffle
-    "hotpotqa": "Both are American. \\boxed{yes}",
-    "countdown": "\\boxed{44 + 19 + 35}",
+    "hotpotqa": "Both are American. <answer>yes</answer>",
+    "countdown": "<think>44 + 19 = 63, 63 + 35 = 98</think> <answer>44 + 19 + 35</answer>",
     "mbpp": "```python\ndef remove_Occ(s, ch):\n    s = s.replace(ch, '', 1)\n    i = s.rfind(ch)\n"
     "    return s[:i] + s[i + 1:] if i >= 0 else s\n```",
 }
@@ -47,8 +47,8 @@ def test_rows_are_normalised_with_string_answers_and_verify(name):
     task = get_task(name)
     rows = task.rows(EVAL_SPLIT[name])
     assert rows
-    for row in rows:
-        assert set(row) == {"id", "question", "answer"}
+    for row in rows:  # Countdown rows also carry the dataset's own chat messages
+        assert set(row) == {"id", "question", "answer"} | ({"messages"} if name == "countdown" else set())
         assert all(isinstance(v, str) and v for v in row.values())
     correct = CORRECT[name](rows[0]) if callable(CORRECT[name]) else CORRECT[name]
     assert task.verify(correct, rows[0]["answer"]).correct
@@ -68,24 +68,24 @@ def test_structured_golds_are_json():
     mb = json.loads(get_task("mbpp").rows("test")[1]["answer"])
     assert mb["test_imports"] == ["import math"] and mb["test_list"] == ["assert sq(9) == 3.0"]
     q = get_task("mbpp").rows("test")[0]["question"]
-    assert 'assert remove_Occ("hello","l") == "heo"' in q  # the tests are shown, as in MBPP prompting
+    assert 'Test Cases: assert remove_Occ("hello","l") == "heo"\n' in q  # the tests are shown (App. G.4)
 
 
 def test_multiple_choice_rows_show_options_and_gpqa_shuffles_deterministically():
     csqa = get_task("commonsense_qa").rows("test")[0]
-    assert "(A) bank" in csqa["question"] and csqa["answer"] == "A"
+    assert "\nA. bank\n" in csqa["question"] and csqa["answer"] == "A"
     gpqa = get_task("gpqa_diamond").rows("test")
     again = get_task("gpqa_diamond").rows("test")
     assert gpqa == again
     for row, correct in zip(gpqa, ["photon", "7"], strict=True):
         letter = row["answer"]
-        assert re.search(rf"\({letter}\) {re.escape(correct)}\n", row["question"] + "\n")
+        assert re.search(rf"^{letter}\. {re.escape(correct)}$", row["question"], re.M)
 
 
 def test_hotpot_question_carries_the_distractor_context():
     row = get_task("hotpotqa").rows("test")[0]
     assert "Scott Derrickson: Scott Derrickson is an American director." in row["question"]
-    assert row["question"].rstrip().endswith("Answer with a short phrase.")
+    assert row["question"].endswith("\n\nQuestion: Were Scott Derrickson and Ed Wood of the same nationality?")
 
 
 def test_size_takes_a_prefix_and_hash_is_stable():
@@ -136,6 +136,7 @@ def test_every_eval_task_ships_an_lm_eval_config(name):
 
 
 def test_paper_tasks_are_prompted_through_the_chat_template(tiny_model_dir):
+    """The exact strings of every family are in test_prompts.py; here: chat vs plain, and no template is an error."""
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
@@ -145,7 +146,7 @@ def test_paper_tasks_are_prompted_through_the_chat_template(tiny_model_dir):
     )
     row = get_task("gsm8k").rows("test")[0]
     text = get_task("gsm8k").prompt(row, tok)
-    assert text == f"<|system|>{MATH_SYSTEM_PROMPT}\n<|user|>{row['question']}\n<|assistant|>"
+    assert text.startswith("<|system|>") and text.endswith(f"<|user|>{row['question']}\n<|assistant|>")
     assert get_task("tiny_arith").prompt({"question": "1+1"}) == "1+1\n"  # synthetic tasks stay plain
     with pytest.raises(ValueError, match="chat template"):
         get_task("gsm8k").prompt(row)

@@ -10,8 +10,10 @@ import pytest
 from esbench.rewards import Reward
 from esbench.tasks import get_task
 from esbench.tasks.paper_verifiers import (
+    answer_tag,
     check_countdown,
     choice_letter,
+    extract_code,
     last_boxed,
     squad_normalise,
     verify_choice,
@@ -75,10 +77,12 @@ def test_last_boxed_balances_braces_and_ignores_unclosed():
     ("response", "letter"),
     [
         ("\\boxed{B}", "B"),
+        ("\\boxed{C}", "C"),
         ("\\boxed{(C)}", "C"),
+        ("\\boxed{\\text{C}}", "C"),
         ("\\boxed{\\text{D}}", "D"),
         ("\\boxed{A. bank}", "A"),
-        ("The answer is (E).", "E"),
+        ("The answer is (E).", None),  # boxed letters only (App. G.4): no "answer is" fallback any more
         ("\\boxed{Paris}", None),
         ("I am not sure.", None),
     ],
@@ -87,18 +91,47 @@ def test_choice_letter_extraction(response, letter):
     assert choice_letter(response) == letter
 
 
-def test_choice_verdict_uses_the_last_box():
+def test_choice_verdict_uses_the_last_box_and_formatted_means_a_box():
     assert verify_choice("First \\boxed{A}, no wait: \\boxed{C}", "C").correct
     assert not verify_choice("\\boxed{A}", "C").correct
-    assert not verify_choice("nothing", "C").formatted
+    assert verify_choice("\\boxed{A}", "C").formatted  # boxed but wrong: the 0.1 format reward
+    unboxed = verify_choice("The answer is (C).", "C")
+    assert not unboxed.correct and not unboxed.formatted and unboxed.answer is None
+    no_letter = verify_choice("\\boxed{Paris}", "C")
+    assert no_letter.formatted and no_letter.answer is None and not no_letter.correct
 
 
-def test_hotpot_squad_normalisation_and_exact_match():
+@pytest.mark.parametrize(
+    ("response", "content"),
+    [
+        ("<answer>Paris</answer>", "Paris"),
+        ("<answer>  Eiffel Tower \n</answer>", "Eiffel Tower"),  # whitespace stripped
+        ("<answer>Lyon</answer> on reflection <answer>Paris</answer>", "Paris"),  # the last pair wins
+        ("<answer>draft <answer>Paris</answer>", "Paris"),  # an unclosed earlier tag does not swallow the last pair
+        ("<answer>Paris</answer> then <answer>unclosed", "Paris"),
+        ("<answer></answer>", ""),
+        ("The answer is Paris.", None),  # no tags
+        ("\\boxed{Paris}", None),  # a box is not an answer tag
+        ("<answer>Paris", None),  # never closed
+        ("</answer>Paris<answer>", None),  # closing before opening
+    ],
+)
+def test_answer_tag_extraction(response, content):
+    assert answer_tag(response) == content
+
+
+def test_hotpot_reads_the_tags_only():
     assert squad_normalise("The  Eiffel Tower!") == "eiffel tower"
-    assert verify_hotpot("\\boxed{\\text{the Eiffel Tower}}", "Eiffel Tower").correct
-    assert verify_hotpot("So the answer is: Yes.", "yes").correct
-    assert not verify_hotpot("\\boxed{Eiffel}", "Eiffel Tower").correct  # exact match, not containment
-    assert verify_hotpot("no answer", "yes").answer is None
+    assert verify_hotpot("<answer>the Eiffel Tower</answer>", "Eiffel Tower").correct
+    assert verify_hotpot("Both are American.\n<answer> Yes. </answer>", "yes").correct
+    assert verify_hotpot("<answer>no</answer> Actually: <answer>yes</answer>", "yes").correct  # last pair
+    assert not verify_hotpot("<answer>Eiffel</answer>", "Eiffel Tower").correct  # exact match, not containment
+    assert verify_hotpot("<answer>Eiffel</answer>", "Eiffel Tower").formatted
+    for untagged in ("\\boxed{yes}", "So the answer is: Yes.", "no answer"):
+        v = verify_hotpot(untagged, "yes")
+        assert v.answer is None and not v.correct and not v.formatted, untagged
+    empty = verify_hotpot("<answer> </answer>", "yes")
+    assert empty.answer is None and empty.formatted and not empty.correct
 
 
 @pytest.mark.parametrize(
@@ -125,12 +158,24 @@ def test_countdown_division_is_exact():
     assert not check_countdown("7 / 2 + 1", 4, [7, 2, 1])  # 4.5, no integer truncation
 
 
-def test_countdown_reads_box_tags_and_unicode_operators():
+def test_countdown_reads_answer_tags_only_and_unicode_operators():
     gold = json.dumps({"target": 98, "nums": [44, 19, 35]})
-    assert verify_countdown("\\boxed{44 + 19 + 35 = 98}", gold).correct
+    assert verify_countdown("<answer>44 + 19 + 35 = 98</answer>", gold).correct
     assert verify_countdown("<answer>(44 \u2212 35) \u00d7 19 - 73</answer>", gold).formatted
-    assert verify_countdown("\\boxed{44 \\times 2 + 19 - 35 + 26}", gold).correct is False
+    assert verify_countdown("<answer>44 \\times 2 + 19 - 35 + 26</answer>", gold).correct is False
+    assert verify_countdown("<answer>1 + 2</answer> no: <answer> 35 + 19 + 44 </answer>", gold).correct  # last pair
+    boxed = verify_countdown("\\boxed{44 + 19 + 35}", gold)  # a box is no longer read
+    assert boxed.answer is None and not boxed.correct and not boxed.formatted
     assert verify_countdown("I cannot solve it", gold).answer is None
+    empty = verify_countdown("<answer></answer>", gold)
+    assert empty.answer is None and empty.formatted and not empty.correct
+
+
+def test_extract_code_takes_one_python_block():
+    assert extract_code("Sure:\n```python\ndef f():\n    return 1\n```\n") == "def f():\n    return 1"
+    assert extract_code("```python\nx = 1\n```\nfixed:\n```python\nx = 2\n```") == "x = 2"  # the last block
+    assert extract_code("```\ny = 3\n```") == "y = 3"  # an untagged fence when there is no python one
+    assert extract_code("def f(): return 1") is None
 
 
 def test_mbpp_runs_the_tests_in_the_sandbox():

@@ -37,3 +37,18 @@ def test_verify_hash_separates_correct_formatted_and_unformatted():
 def test_verify_exact_keeps_leading_zeros():
     assert verify_exact("#### 0123", "0123").correct
     assert not verify_exact("#### 123", "0123").correct
+
+
+def test_paper_verifiers_do_not_import_verifiers():
+    """`verifiers` imports `paper_verifiers` lazily; the shared pieces live in `verdict`, so there is no cycle."""
+    import ast
+    import inspect
+
+    from esbench.tasks import paper_verifiers, verdict, verifiers
+
+    tree = ast.parse(inspect.getsource(paper_verifiers))
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert "esbench.tasks.verifiers" not in imported and "esbench.tasks.verdict" in imported
+    assert verifiers.Verdict is verdict.Verdict and verifiers.normalise_number is verdict.normalise_number
+    assert paper_verifiers.Verdict is verdict.Verdict
