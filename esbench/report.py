@@ -16,6 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from esbench import report_experiments
 from esbench.es import BF16_MODES
 from esbench.metrics.bootstrap import paired_bootstrap
 from esbench.metrics.passk import majority_correct, pass_at_k
@@ -266,6 +267,7 @@ def build(run_dir: Path, iters: int = 2000) -> dict[str, Any]:
         "sparsity": sparsity_table(records, labels),
         "entropy": entropy_table(records, labels),
         "curves": _curves(records, labels),
+        "experiments": report_experiments.build(records, labels),
     }
     return data
 

@@ -181,7 +181,68 @@ def render_markdown(data: dict[str, Any]) -> str:
         dv = r["diversity"]
         rows.append([r["cell"], *cells, pe, ps, _fmt(dv and dv["js_succ"], 1, 4), _fmt(dv and dv["js_answers"], 1, 4)])
     out += [_md(header, rows), ""]
+    if data.get("experiments"):
+        out += _experiments_md(data["experiments"])
     return "\n".join(out)
+
+
+def _num(x: float | None, digits: int = 4) -> str:
+    return "–" if x is None else f"{x:.{digits}f}"
+
+
+def _experiments_md(ex: dict[str, Any]) -> list[str]:
+    """Table 6, training curves (Fig. 1(c)), Table 13 and Fig. 2's probe (report_experiments.py)."""
+    out: list[str] = []
+    for t in ex["population"]:
+        out += [f"## Population sweep: {t['model']} (paper Table 6 layout)", ""]
+        out += [
+            "Mean training reward, debiased EMA (β = 0.99), at each update; (paper value). ≈ marks a population "
+            f"within 0.01 of N = {t['reference_population']} (the paper's shading rule).",
+            "",
+        ]
+        header = ["update", *[f"N = {c['population']}" for c in t["cols"]]]
+        rows = []
+        for u in t["points"]:
+            cells = []
+            for c in t["cols"]:
+                mark = " ≈" if c["matches"][u] and c["population"] != t["reference_population"] else ""
+                paper = c["paper"][u]
+                cells.append(_num(c["values"][u]) + mark + ("" if paper is None else f" ({paper:.4f})"))
+            rows.append([str(u), *cells])
+        out += [_md(header, rows), ""]
+    curves = ex["reward_curves"]
+    if curves:
+        out += ["## Training reward (debiased EMA; Fig. 1(c) and Fig. 5 curves)", ""]
+        out += ["EMA of the per-update mean reward (β = 0.99, bias-corrected) ± its local SD, at thirds of a run.", ""]
+        rows = []
+        for cell, c in curves.items():
+            n = len(c["ema"])
+            idx = sorted({max(0, round(n * f) - 1) for f in (1 / 3, 2 / 3, 1)})
+            pts = [f"{c['updates'][i]}: {c['ema'][i]:.4f} ± {c['sd'][i]:.4f}" for i in idx]
+            rows.append([cell, " | ".join(pts)])
+        out += [_md(["cell", "update: EMA ± local SD"], rows), ""]
+    for t in ex["subtraction"]:
+        out += [f"## Subtraction diagnostic: {t['cell']} (paper Table 13 layout)", ""]
+        out += ["κ < 1: subtracting the baseline reduces variance. (paper value, Qwen2.5-1.5B-Instruct).", ""]
+        keys = ["corr_plus_zero", "kappa_base", "corr_plus_minus", "kappa_pair"]
+        rows = []
+        for r in t["rows"]:
+            p = r.get("paper") or {}
+            if "undefined" in r:
+                vals = [f"undefined: {r['undefined']}"] + [""] * 3
+            else:
+                vals = [_num(r[k]) + ("" if k not in p else f" ({p[k]:.4f})") for k in keys]
+            rows.append([f"{r['sigma']:g}", r["objective"], *vals, str(r["observations"])])
+        out += [_md(["σ", "objective", "Corr(X₊,X₀)", "κ_base", "Corr(X₊,X₋)", "κ_pair", "obs."], rows), ""]
+    if ex["probe"]:
+        out += ["## Held-out probe during training (paper Fig. 2)", ""]
+        rows = []
+        for cell, c in ex["probe"].items():
+            ks = [k for k in c if k.startswith("pass@")]
+            pts = [f"{k} {c[k][0]:.3f} → {c[k][-1]:.3f}" for k in ks if c[k][0] is not None]
+            rows.append([cell, f"{c['entropy'][0]:.4f} → {c['entropy'][-1]:.4f}", "; ".join(pts) or "–"])
+        out += [_md(["cell", "token entropy", "Pass@k first → last"], rows), ""]
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -213,15 +274,46 @@ def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
     training = data["curves"]["training"]
     if training:
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
+        ema = (data.get("experiments") or {}).get("reward_curves", {})
         for cell, c in training.items():
             if c["probe_entropy"]:
                 a1.plot(*zip(*c["probe_entropy"], strict=True), marker=".", label=cell)
-            if c["reward"]:
-                a2.plot(*zip(*c["reward"], strict=True), label=cell)
+            if cell in ema:  # the debiased EMA with its local-SD band, over the raw per-update reward
+                e = ema[cell]
+                (line,) = a2.plot(e["updates"], e["ema"], label=cell)
+                lo = [m - d for m, d in zip(e["ema"], e["sd"], strict=True)]
+                hi = [m + d for m, d in zip(e["ema"], e["sd"], strict=True)]
+                a2.fill_between(e["updates"], lo, hi, color=line.get_color(), alpha=0.15)
+                a2.plot(e["updates"], e["raw"], color=line.get_color(), alpha=0.3, linewidth=0.6)
         a1.set_title("probe token entropy (nats)")
-        a2.set_title("train reward (mean over rollouts)")
+        a2.set_title("train reward: debiased EMA ± local SD (raw faint)")
         _style((a1, a2), "update")
         paths.append(_save(fig, out_dir / "training.png"))
+
+    ex = data.get("experiments") or {}
+    if ex.get("probe"):
+        ks = sorted({k for c in ex["probe"].values() for k in c if k.startswith("pass@")}, key=lambda k: int(k[5:]))
+        fig, axes = plt.subplots(1, 1 + len(ks), figsize=(4.2 * (1 + len(ks)), 3.6), squeeze=False)
+        for cell, c in ex["probe"].items():
+            axes[0][0].plot(c["updates"], c["entropy"], marker=".", label=cell)
+            for ax, k in zip(axes[0][1:], ks, strict=True):
+                if k in c:
+                    ax.plot(c["updates"], c[k], marker=".", label=cell)
+        axes[0][0].set_title("probe token entropy (nats)")
+        for ax, k in zip(axes[0][1:], ks, strict=True):
+            ax.set_title(f"probe {k}")
+        _style(axes[0], "update")
+        paths.append(_save(fig, out_dir / "probe.png"))
+    if ex.get("passk_profiles"):
+        tasks_p = sorted({t for per in ex["passk_profiles"].values() for t in per})
+        fig, axes = plt.subplots(1, len(tasks_p), figsize=(4.2 * len(tasks_p), 3.6), squeeze=False)
+        for ax, t in zip(axes[0], tasks_p, strict=True):
+            for cell, per in ex["passk_profiles"].items():
+                if t in per:
+                    ax.plot(range(1, len(per[t]) + 1), per[t], label=cell)
+            ax.set_title(f"{t}: Pass@K, K = 1..n")
+        _style(axes[0], "K")
+        paths.append(_save(fig, out_dir / "passk_profile.png"))
 
     rows = data["drift"]["rows"]
     if rows:

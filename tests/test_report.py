@@ -100,7 +100,16 @@ def test_report_json_tables_and_plots(run_dir, capsys):
     assert (pair["fp32"], pair["bf16"]) == ("tiny/es", "tiny/es-bf16")
     assert {s["cell"] for s in data["sparsity"]} == {"tiny/es", "tiny/es-bf16", "tiny/grpo"}
     names = sorted(p.rsplit("/", 1)[1] for p in data["plots"])
-    assert names == ["drift.png", "passk.png", "sparsity.png", "training.png"]
+    assert names == ["drift.png", "passk.png", "passk_profile.png", "probe.png", "sparsity.png", "training.png"]
+    ex = data["experiments"]
+    n = recs["es"]["metrics"]["tiny_arith"]["n"]
+    profile = ex["passk_profiles"]["tiny/es"]["tiny_arith"]
+    assert len(profile) == n and profile[0] == pytest.approx(recs["es"]["metrics"]["tiny_arith"]["pass@1"])
+    assert profile[-1] == pytest.approx(recs["es"]["metrics"]["tiny_arith"][f"pass@{n}"])  # every K up to n
+    curve = ex["reward_curves"]["tiny/es"]
+    assert curve["updates"] == [1, 2] and curve["ema"][0] == pytest.approx(curve["raw"][0])  # bias-corrected
+    probe = ex["probe"]["tiny/es"]
+    assert probe["updates"] == [0, 1, 2] and set(probe) >= {"entropy", "pass@1", "pass@2"}  # samples: 2
     for p in data["plots"]:
         blob = open(p, "rb").read()
         assert blob[:8] == b"\x89PNG\r\n\x1a\n" and len(blob) > 5000
@@ -116,6 +125,8 @@ def test_report_markdown_has_the_paper_sections(run_dir, capsys):
         "bf16 artefacts",
         "Functional sparsity",
         "Entropy and diversity",
+        "Training reward (debiased EMA",
+        "Held-out probe during training (paper Fig. 2)",
     ):
         assert f"## {heading}" in md
     assert "![passk](passk.png)" in md

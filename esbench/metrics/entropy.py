@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from esbench.metrics.passk import mean_pass_at_k
+
 
 @dataclass
 class Probe:
@@ -47,9 +49,17 @@ class Probe:
         golds = [a for a, g in zip(self.golds, gens, strict=True) for _ in g]
         verdicts = [self.verify(t, a) for t, a in zip(texts, golds, strict=True)]
         out = backend.token_entropy(prompts, texts)
+        # Fig. 2 reads Pass@16 and Pass@32 of the held-out probe over training: per-prompt counts give every k ≤ n
+        counts, i = [], 0
+        for g in gens:
+            counts.append([len(g), sum(v.correct for v in verdicts[i : i + len(g)])])
+            i += len(g)
+        n = min(c[0] for c in counts)
+        ks = sorted({k for k in (1, 2, 4, 8, 16, 32, 64) if k <= n} | {n})
         return {
             "entropy": out["entropy"],
             "tokens": out["tokens"],
             "success": sum(v.correct for v in verdicts) / len(verdicts),
             "format_rate": sum(v.formatted for v in verdicts) / len(verdicts),
+            "pass@k": {str(k): mean_pass_at_k(counts, k) for k in ks},
         }

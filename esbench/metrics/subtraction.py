@@ -34,3 +34,23 @@ def subtraction_stats(x_plus: Sequence[float], x_zero: Sequence[float], x_minus:
         "kappa_pair": float((xp - xm).var() / var),
         "observations": int(len(xp)),
     }
+
+
+def _t13(c0: float, kb: float, cm: float, kp: float) -> dict[str, float]:
+    return {"corr_plus_zero": c0, "kappa_base": kb, "corr_plus_minus": cm, "kappa_pair": kp}
+
+
+# Table 13 of the paper (Qwen2.5-1.5B-Instruct base), keyed (σ, esbench objective); from
+# ../shared/reference/paper_tables.md. The paper's cross-entropy row is SST-2's; esbench's uses the task's golds.
+PAPER_TABLE_13: dict[tuple[float, str], dict[str, float]] = {
+    (1e-3, "reward-common"): _t13(0.2777, 1.4445, 0.1304, 1.9870),
+    (1e-3, "reward-independent"): _t13(0.0561, 1.3577, 0.0224, 2.7847),
+    (1e-3, "cross-entropy"): _t13(0.9776, 0.0447, 0.9196, 0.1557),
+    (1e-3, "fixed-logprob"): _t13(0.9939, 0.0125, 0.9857, 0.0285),
+    (1e-3, "fixed-policy-loss"): _t13(0.9939, 0.0167, 0.9903, 0.0194),
+    (1e-3, "fixed-grpo"): _t13(0.9998, 0.0006, 0.9997, 0.0007),
+    (1e-4, "reward-common"): _t13(0.8797, 0.2288, 0.5537, 0.8194),
+    (1e-4, "reward-independent"): _t13(-0.0245, 1.4080, 0.0450, 2.3822),
+    (3e-4, "reward-common"): _t13(0.5607, 1.0424, 0.3026, 1.9434),
+    (3e-4, "reward-independent"): _t13(-0.0303, 1.6687, 0.0532, 2.4379),
+}
