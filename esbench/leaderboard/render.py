@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +164,7 @@ def artifact_text(artifact: dict[str, Any]) -> str:
 
 def markdown(board: Board) -> str:
     rel = board.release
+    cov = coverage(board)
     lines = [
         f"# esbench leaderboard — release {rel['id']}",
         "",
@@ -173,7 +176,8 @@ def markdown(board: Board) -> str:
         "[how to submit](../docs/leaderboard.md).",
         "",
         "Every number below was recomputed from the submission's per-sample logs by `esbench leaderboard verify`, "
-        "with the release's task verifiers; the records' own numbers are never shown.",
+        "with the release's task verifiers; the records' own numbers are never shown"
+        + (" (except the training-side values of Tables 6 and 13 in the coverage section)." if cov else "."),
         "",
         "## Submissions",
         "",
@@ -203,6 +207,8 @@ def markdown(board: Board) -> str:
         "",
     ]
     lines += paper_sections(board)
+    if cov:
+        lines += coverage_markdown(cov)
     lines += ["", "## Comparison rule", "", rule_text(rel["rule"]), ""]
     lines += [
         "## Submitting",
@@ -324,6 +330,351 @@ def paper_sections(board: Board) -> list[str]:
         out.append(f"| {run} | {f['greedy_correct']} | {f['mean@32']:.6f} | {f['pass@16']:.5f} | {f['pass@32']:.5f} |")
     out += ["", f"Their tolerance: mean@32 within {exp['tolerance']['mean@32']} absolute; greedy counts exact.", ""]
     return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# coverage: every paper value of the release's reference (Tables 2-13), reproduced or awaiting reproduction
+#
+# Shown only for a release whose paper map carries `coverage` (v1.0 to v1.3 do not, and render as before):
+#     "coverage": {"population": ["paper-population"], "subtraction": ["paper-subtraction"]}
+# Tables of the paper map's `tables` take their cells' verdicts under the rule (the tables above). Table 6 is read
+# from ES cells of the `population` suites (exactly as frozen, any seed): the debiased EMA of train.jsonl's
+# per-update reward at the paper's updates, by model and population N. Table 13 from `subtraction` cells of the
+# `subtraction` suites: their record's `train.subtraction` rows, by σ and objective. Both are the submission's own
+# training-side logs, which verify cannot recompute from samples: they are shown beside the paper's number as
+# *reported*, never judged. Table 13's targets are the release's reference values of table 13 when it has them,
+# else `esbench.metrics.subtraction.PAPER_TABLE_13`. Any other paper value awaits reproduction.
+
+AWAITING = "awaiting reproduction"
+REPORTED = "reported"
+COUNTED = ["reproduced", "warn", "fail", REPORTED, AWAITING]
+T13_STATS = {
+    "corr_plus_zero": "Corr(X₊,X₀)",
+    "kappa_base": "κ_base",
+    "corr_plus_minus": "Corr(X₊,X₋)",
+    "kappa_pair": "κ_pair",
+}
+T13_MODEL = "Qwen2.5-1.5B-Instruct"
+T13_METHOD = "Subtraction"
+T13_TITLE = "Subtraction diagnostic (Qwen2.5-1.5B-Instruct base, GSM8K): correlation and κ per σ and objective"
+EXPERIMENTS = {6: "population", 13: "subtraction"}  # tables read from training-side logs, not from samples
+
+
+@dataclass
+class Covered:
+    """One paper value and what the board holds for it."""
+
+    ref: dict[str, Any]
+    status: str = AWAITING
+    value: float | None = None  # the submission's value (pp for judged metrics), None while awaiting or undefined
+    delta: float | None = None
+    where: str = ""  # the submission (and cells) it comes from
+
+
+@dataclass
+class TableCoverage:
+    table: int
+    title: str
+    values: list[Covered] = field(default_factory=list)
+    note: str = ""  # where the targets come from, when not from the release's reference
+
+    def rows(self) -> dict[tuple[str, str], list[Covered]]:
+        out: dict[tuple[str, str], list[Covered]] = {}
+        for c in self.values:
+            out.setdefault((c.ref["model"], c.ref["method"]), []).append(c)
+        return out
+
+    def awaiting(self) -> int:
+        return sum(c.status == AWAITING for c in self.values)
+
+
+def coverage_config(release: dict[str, Any]) -> dict[str, Any] | None:
+    return (release.get("paper_map") or {}).get("coverage")
+
+
+def table13_reference() -> list[dict[str, Any]]:
+    """Table 13 in the reference's shape (one value per σ, objective and statistic), from PAPER_TABLE_13."""
+    from esbench.metrics.subtraction import PAPER_TABLE_13
+
+    return [
+        {
+            "table": 13,
+            "model": T13_MODEL,
+            "method": T13_METHOD,
+            "column": objective,
+            "metric": metric,
+            "value": stats[metric],
+            "unit": "ratio",
+            "sigma": sigma,
+            "source": {"table": "Table 13", "row": f"σ = {_sigma(sigma)} / {objective}", "column": label},
+        }
+        for (sigma, objective), stats in PAPER_TABLE_13.items()
+        for metric, label in T13_STATS.items()
+    ]
+
+
+def _sigma(s: float) -> str:
+    """1e-3, 3e-4: σ as the paper prints it."""
+    mantissa, exponent = f"{s:e}".split("e")
+    return f"{float(mantissa):g}e{int(exponent)}"
+
+
+def _sig(x: Any) -> float | None:
+    """A σ as a lookup key (1e-3 and 0.001 alike), None for anything that is not a number."""
+    return float(f"{x:.6g}") if _number(x) else None
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
+
+
+def _titles(board: Board) -> dict[int, str]:
+    doc = json.loads((board.release["dir"] / board.release["reference"]["paper"]).read_text())
+    return {int(k): v for k, v in doc["tables"].items()}
+
+
+def coverage(board: Board) -> list[TableCoverage] | None:
+    """Per paper table (2-13), each value with its status; None for a release without `paper_map.coverage`."""
+    cfg = coverage_config(board.release)
+    if cfg is None:
+        return None
+    compared = set(board.release["paper_map"]["tables"])
+    hits = _paper_hits(board)
+    logged = _experiment_values(board, cfg)
+    values = list(board.reference)
+    frozen13 = any(v["table"] == 13 for v in values)
+    if not frozen13:
+        values += table13_reference()
+    titles = {13: T13_TITLE, **_titles(board)}
+    tables: dict[int, TableCoverage] = {}
+    for v in sorted(values, key=lambda v: v["table"]):  # stable: the reference's own order within a table
+        t = v["table"]
+        c = Covered(v)
+        if t in compared:
+            hit = hits.get((v["model"], v["method"], v["column"], v["metric"]))
+            if hit is not None:
+                c.status, c.value, c.delta = hit["status"], hit["mean"], hit["delta"]
+                c.where = hit["entry"].rsplit(":", 1)[0]
+        elif t in EXPERIMENTS:
+            key = (t, v["model"], v.get("population"), v.get("update"))
+            if t == 13:
+                key = (t, v["model"], _sig(v.get("sigma")), v["column"], v["metric"])
+            if key in logged:
+                c.value, c.where = logged[key]
+                c.status = REPORTED
+                c.delta = None if c.value is None else c.value - v["value"]
+        tables.setdefault(t, TableCoverage(t, titles.get(t, ""))).values.append(c)
+    if 13 in tables and not frozen13:
+        source = "`esbench.metrics.subtraction.PAPER_TABLE_13`"
+        tables[13].note = f"Targets from {source} (the release's reference has no Table 13)."
+    return list(tables.values())
+
+
+def _experiment_values(board: Board, cfg: dict[str, Any]) -> dict[tuple, tuple[float | None, str]]:
+    """(6, model, N, update) -> the debiased-EMA training reward, and (13, model, σ, objective, statistic) -> the
+    diagnostic's value, each a mean over the seeds that have it, with the submission and cells it comes from. The
+    first submission (by name) to carry a value gives it, as in the tables above."""
+    from esbench.leaderboard.board import _no_seed
+    from esbench.leaderboard.grid import method_key
+
+    rel = board.release
+    frozen = json.loads((rel["dir"] / rel["cells"]).read_text())
+
+    def grid(kind: str) -> set[str]:
+        return {_no_seed(c["spec"]) for suite in cfg.get(kind, []) for c in frozen.get(suite, [])}
+
+    population, subtraction = grid("population"), grid("subtraction")
+    out: dict[tuple, tuple[float | None, str]] = {}
+    for report in board.accepted:
+        name = report.submission.get("name", report.path.name)
+        groups: dict[str, list] = {}
+        for c in report.cells:
+            groups.setdefault(_no_seed(c.record["cell"]["spec"]), []).append(c)
+        for key, cells in groups.items():
+            cells.sort(key=lambda c: c.record["cell"]["spec"]["seed"])
+            spec = cells[0].record["cell"]["spec"]
+            path = spec["model"]["path"]
+            model = rel["paper_map"]["models"].get(path) or path.rsplit("/", 1)[-1]
+            where = f"{name} ({', '.join(c.id for c in cells)})"
+            found: dict[tuple, list[float | None]] = {}
+            if key in population and method_key(spec) == "es":
+                n = spec["method"]["config"].get("population")
+                for c in cells:
+                    for u, x in _ema_by_update(report.path / "cells" / c.id, c).items():
+                        found.setdefault((6, model, n, u), []).append(x)
+            elif key in subtraction and method_key(spec) == "subtraction":
+                for c in cells:
+                    rows = (c.record.get("train") or {}).get("subtraction")
+                    for row in rows if isinstance(rows, list) else []:
+                        if not isinstance(row, dict) or _sig(row.get("sigma")) is None:
+                            continue
+                        if not isinstance(row.get("objective"), str):
+                            continue
+                        for stat in T13_STATS:
+                            x = row.get(stat)
+                            k = (13, model, _sig(row["sigma"]), row.get("objective"), stat)
+                            found.setdefault(k, []).append(x if _number(x) else None)
+            for k, xs in found.items():
+                numbers = [x for x in xs if x is not None]
+                out.setdefault(k, (_mean(numbers) if numbers else None, where))
+    return out
+
+
+def _ema_by_update(cell_dir: Path, cell: Any) -> dict[int, float]:
+    """update (1-based, as Table 6 counts) -> the debiased EMA of the cell's per-update training reward."""
+    from esbench.report_experiments import reward_curves
+
+    rec = {**cell.record, "_dir": cell_dir}
+    try:
+        curve = reward_curves([rec], {id(rec): cell.id}).get(cell.id)
+    except (KeyError, TypeError, ValueError, AttributeError):  # a log verify accepted but this reading cannot use
+        return {}
+    if not curve:
+        return {}
+    return {u: x for u, x in zip(curve["updates"], curve["ema"], strict=True) if isinstance(u, int) and _number(x)}
+
+
+def _target(v: dict[str, Any]) -> str:
+    """The paper's number as printed: 4 decimals for Tables 6 and 13, 1 for the main grid, as transcribed else."""
+    if v["table"] in EXPERIMENTS:
+        return f"{v['value']:.4f}"
+    if v["table"] in {t for t, _, _ in LAYOUT}:
+        return fmt(v["value"])
+    return str(float(v["value"]))
+
+
+def _covered_text(c: Covered) -> str:
+    """The target alone while awaiting; else target → value (delta, and the verdict's mark where one is given)."""
+    target = _target(c.ref)
+    if c.status == AWAITING:
+        return target
+    if c.status == REPORTED:
+        if c.value is None:
+            return f"{target} → undefined"
+        return f"{target} → {c.value:.4f} ({c.delta:+.4f})"
+    return f"{target} → {c.value:.1f} ({signed(c.delta)} {MARK[c.status]})"
+
+
+def _covered_title(c: Covered) -> str:
+    s = c.ref["source"]
+    text = f"{s['table']}, {s['row']}, {s['column']}: paper {c.ref['value']}"
+    if c.status == AWAITING:
+        return f"{text}; {AWAITING} (no verified submission carries this cell)"
+    if c.status == REPORTED:
+        return f"{text}; reported by {c.where} (training-side log, not recomputed, not judged)"
+    return f"{text}; {c.status} ({c.where})"
+
+
+def _counts(values: list[Covered]) -> dict[str, int]:
+    return {s: sum(c.status == s for c in values) for s in COUNTED}
+
+
+def _grid_layout(tc: TableCoverage) -> tuple[list[str], list[list[Any]]]:
+    """(header, rows of cells: str or Covered) in the table's own layout. Table 6: per model, update × N; Table 13:
+    σ × objective → the four statistics; any other table: the printed rows × the printed columns."""
+    if tc.table == 6:
+        ns = sorted({c.ref["population"] for c in tc.values})
+        cells = {(c.ref["model"], c.ref["update"], c.ref["population"]): c for c in tc.values}
+        models = list(dict.fromkeys(c.ref["model"] for c in tc.values))
+        updates = sorted({c.ref["update"] for c in tc.values})
+        return ["model", "update", *[f"N={n}" for n in ns]], [
+            [m, str(u), *[cells.get((m, u, n), "—") for n in ns]] for m in models for u in updates
+        ]
+    if tc.table == 13:
+        cells = {(_sig(c.ref["sigma"]), c.ref["column"], c.ref["metric"]): c for c in tc.values}
+        keys = list(dict.fromkeys((_sig(c.ref["sigma"]), c.ref["column"]) for c in tc.values))
+        return ["σ", "objective", *T13_STATS.values()], [
+            [_sigma(s), o, *[cells.get((s, o, m), "—") for m in T13_STATS]] for s, o in keys
+        ]
+    columns = list(dict.fromkeys(c.ref["source"]["column"] for c in tc.values))
+    printed = list(dict.fromkeys(c.ref["source"]["row"] for c in tc.values))
+    cells = {(c.ref["source"]["row"], c.ref["source"]["column"]): c for c in tc.values}
+    return ["row", *columns], [[r, *[cells.get((r, col), "—") for col in columns]] for r in printed]
+
+
+def _sources(tc: TableCoverage) -> list[str]:
+    return list(dict.fromkeys(c.where for c in tc.values if c.where))
+
+
+def coverage_markdown(tables: list[TableCoverage]) -> list[str]:
+    """The coverage section: a row per (table, model, method) with its counts, then the tables not laid out above
+    in the paper's layout, each value either beside the submission's or bare, awaiting reproduction."""
+    laid_out = {t for t, _, _ in LAYOUT}
+    everything = [c for tc in tables for c in tc.values]
+    total = _counts(everything)
+    out = [
+        "## Coverage of the paper",
+        "",
+        f"Every value of the paper's Tables {tables[0].table}–{tables[-1].table} ({len(everything)} values) and what "
+        "the verified submissions hold for it: ✓ reproduced, ⚠ warn or ✗ fail under the comparison rule; "
+        f"*{REPORTED}*: a submission's training-side value (Tables 6 and 13), shown beside the paper's, not judged; "
+        f"*{AWAITING}*: no verified submission carries the cell yet, and the paper's number is the target. "
+        f"Now: {total['reproduced']} reproduced, {total['warn']} warn, {total['fail']} fail, {total[REPORTED]} "
+        f"reported, {total[AWAITING]} {AWAITING}. An Average column has no cell of its own and stays awaiting; "
+        "Fig. 1(c) prints no numbers and has no row.",
+        "",
+        "| table | model | method | paper values | ✓ reproduced | ⚠ warn | ✗ fail | reported | awaiting reproduction |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for tc in tables:
+        for (model, method), values in tc.rows().items():
+            k = _counts(values)
+            out.append(
+                f"| {tc.table} | {model} | {method} | {len(values)} | " + " | ".join(str(k[s]) for s in COUNTED) + " |"
+            )
+    shown = [str(tc.table) for tc in tables if tc.table in laid_out]
+    out += [
+        "",
+        f"Tables {', '.join(shown)} are laid out above: a bare paper number there is {AWAITING}. The others, in "
+        "the paper's layout:",
+        "",
+    ]
+    for tc in tables:
+        if tc.table in laid_out:
+            continue
+        header, rows = _grid_layout(tc)
+        lead = 2 if tc.table in EXPERIMENTS else 1
+        out += [f"### Table {tc.table}: {tc.title}", "", _status_line(tc), ""]
+        out.append("| " + " | ".join(header) + " |")
+        out.append("|" + "---|" * lead + "---:|" * (len(header) - lead))
+        for row in rows:
+            out.append("| " + " | ".join(_md_cell(x) for x in row) + " |")
+        out.append("")
+    return out
+
+
+def _md_cell(x: Any) -> str:
+    return _covered_text(x) if isinstance(x, Covered) else str(x).replace("|", "\\|")
+
+
+def _status_line(tc: TableCoverage) -> str:
+    n, waiting = len(tc.values), tc.awaiting()
+    if waiting == n:
+        line = f"**{AWAITING}**: no verified submission carries these cells yet; the paper's {n} numbers are targets."
+    else:
+        line = (
+            f"{n - waiting} of {n} values carried by a submission (paper → submission, delta); the other {waiting}, "
+            f"bare paper numbers, are **{AWAITING}**."
+        )
+    note = {
+        6: " The debiased EMA (β = 0.99) of the per-update mean training reward at the paper's updates, from ES "
+        "cells of the release's population-sweep suite by model and N (train.jsonl).",
+        13: " Pooled over prompts, seeds and directions, from the `subtraction` cells of the release's diagnostic "
+        "suite (their record's `train.subtraction`). The paper's cross-entropy row is SST-2's; esbench's uses the "
+        "task's gold answers.",
+    }.get(tc.table, "")
+    if tc.table in EXPERIMENTS:
+        note += " Training-side logs: bound by the manifest, not recomputed from samples, so never judged."
+    if tc.note:
+        note += " " + tc.note
+    sources = _sources(tc)
+    if sources:
+        note += " Values from " + "; ".join(f"`{s}`" for s in sources) + "."
+    return line + note
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -467,6 +818,77 @@ def _artifact_td(verdicts: list[dict[str, Any]] | None, release: dict[str, Any])
     )
 
 
+COVERAGE_CSS = """
+td.awaiting{color:#5b6678;font-style:italic}td.reported{background:#dde7f7}
+.badge.awaiting{background:#d5dae2;color:#1d2330}.badge.reported{background:#3f6db3;color:#fff}
+details{margin:6px 0}summary{cursor:pointer;font-size:13px;margin:4px 0}
+"""
+
+
+def _coverage_class(status: str) -> str:
+    return {REPORTED: "reported", AWAITING: "awaiting"}.get(status) or _status_class(status)
+
+
+def coverage_html(tables: list[TableCoverage]) -> str:
+    """The coverage section of the page: the counts per (table, model, method), sortable, then each table in the
+    paper's layout (folded), every value coloured by its status, the target and its source in the tooltip."""
+    e = html.escape
+    everything = [c for tc in tables for c in tc.values]
+    total = _counts(everything)
+    labels = ["table", "model", "method", "paper values", "reproduced", "warn", "fail", REPORTED, AWAITING]
+    head = "".join(f"<th class='txt'>{e(h)}</th>" if h in ("model", "method") else f"<th>{e(h)}</th>" for h in labels)
+    rows = []
+    for tc in tables:
+        for (model, method), values in tc.rows().items():
+            k = _counts(values)
+            cells = [_td(str(tc.table), tc.table), _td(model, model, "txt"), _td(method, method, "txt")]
+            cells.append(_td(str(len(values)), len(values)))
+            cells += [_td(str(k[s]), k[s], _coverage_class(s) if k[s] else "") for s in COUNTED]
+            rows.append("<tr>" + "".join(cells) + "</tr>")
+    folded = []
+    for tc in tables:
+        header, grid_rows = _grid_layout(tc)
+        lead = 2 if tc.table in EXPERIMENTS else 1
+        th = "".join(f"<th class='txt'>{e(h)}</th>" if i < lead else f"<th>{e(h)}</th>" for i, h in enumerate(header))
+        body = []
+        for row in grid_rows:
+            tds = []
+            for x in row:
+                if isinstance(x, Covered):
+                    value = x.value if x.value is not None else x.ref["value"]
+                    tds.append(_td(_covered_text(x), value, _coverage_class(x.status), _covered_title(x)))
+                else:
+                    tds.append(_td(str(x), str(x), "txt" if x != "—" else ""))
+            body.append("<tr>" + "".join(tds) + "</tr>")
+        n, waiting = len(tc.values), tc.awaiting()
+        summary = f"Table {tc.table}: {tc.title} ({waiting} of {n} values {AWAITING})"
+        folded.append(
+            f"<details><summary>{e(summary)}</summary><p class='muted'>{e(_plain(_status_line(tc)))}</p>"
+            f"<div class='wrap'><table><thead><tr>{th}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
+            "</details>"
+        )
+    return (
+        "\n<h2>Coverage of the paper</h2>\n"
+        f"<p class='muted'>Every value of the paper's Tables {tables[0].table}–{tables[-1].table} "
+        f"({len(everything)} values) and what the verified submissions hold for it. Now: {total['reproduced']} "
+        f"reproduced, {total['warn']} warn, {total['fail']} fail, {total[REPORTED]} reported, {total[AWAITING]} "
+        f"{AWAITING}. An Average column has no cell of its own and stays awaiting; Fig. 1(c) prints no numbers.</p>\n"
+        "<p class='legend'><span><span class='badge reproduced'>reproduced</span> / "
+        "<span class='badge warn'>warn</span> / <span class='badge fail'>fail</span> under the rule</span>"
+        f"<span><span class='badge reported'>{REPORTED}</span> a submission's training-side value (Tables 6 and "
+        "13: its own logs, not recomputed), beside the paper's, not judged</span>"
+        f"<span><span class='badge awaiting'>{AWAITING}</span> no verified submission carries the cell: the "
+        "paper's number is the target</span></p>\n"
+        f"<div class='wrap'><table id='coverage' class='sortable'><thead><tr>{head}</tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table></div>\n" + "\n".join(folded)
+    )
+
+
+def _plain(markdown_text: str) -> str:
+    """Markdown emphasis and code marks dropped, for a line the page shows as text."""
+    return markdown_text.replace("**", "").replace("`", "")
+
+
 def _status_class(status: str | None) -> str:
     return {"reproduced": "reproduced", "warn": "warn", "fail": "fail", NO_REF: "noref"}.get(status or "", "")
 
@@ -474,6 +896,7 @@ def _status_class(status: str | None) -> str:
 def page(board: Board, plots: dict[str, str]) -> str:
     rel = board.release
     e = html.escape
+    cov = coverage(board)
     head = [
         "<th class='txt'>submission</th>",
         "<th class='txt'>suite</th>",
@@ -557,7 +980,7 @@ def page(board: Board, plots: dict[str, str]) -> str:
     )
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
-<title>esbench leaderboard {e(rel["id"])}</title><style>{CSS}</style></head>
+<title>esbench leaderboard {e(rel["id"])}</title><style>{CSS + (COVERAGE_CSS if cov else "")}</style></head>
 <body>
 <header><h1>esbench leaderboard — release {e(rel["id"])}</h1>
 <p>ES vs GRPO for LLM reasoning (arXiv 2608.27351). Every number is recomputed from per-sample logs by
@@ -573,7 +996,7 @@ Release {e(rel["id"])} ({e(rel["date"])}); record schema {e(rel["record_schema"]
 paper. Click a column header to sort; hover a number for its source and band; "details" opens the provenance.</p>
 {table}
 <h2>Pass@k curves</h2>
-<div class="plots">{figures or "<p>No plots yet.</p>"}</div>
+<div class="plots">{figures or "<p>No plots yet.</p>"}</div>{coverage_html(cov) if cov else ""}
 <h2>Comparison rule</h2>
 <pre class="rule">{e(rule_text(rel["rule"]))}</pre>
 {f"<h2>Rejected submissions</h2><ul>{rejected}</ul>" if rejected else ""}
