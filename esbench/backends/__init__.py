@@ -81,7 +81,13 @@ class Backend(Protocol):
         """Mean next-token entropy (nats) over the response tokens, teacher-forced: {"entropy", "tokens"}."""
         ...
 
-    def weight_editor(self, precision: Precision = "fp32-master") -> WeightEditor: ...
+    def token_logprobs(self, prompts: Sequence[str], responses: Sequence[str]) -> list[list[float]]:
+        """log π(yₜ | x, y<ₜ) of each response token, teacher-forced at temperature 1 (fixed-rollout objectives)."""
+        ...
+
+    def weight_editor(self, precision: Precision = "fp32-master", noise: str = "torch") -> WeightEditor:
+        """An ES editor over this backend's weights, with noise scheme `noise` (`torch` or `table`)."""
+        ...
 
     def parameters(self) -> dict[str, torch.Tensor]:
         """The trainable tensors by name, de-duplicated (tied weights once), live: edits show in generation."""

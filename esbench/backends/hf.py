@@ -154,49 +154,64 @@ class HFBackend:
         return out
 
     @torch.no_grad()
+    def _teacher_forced(self, prompts: Sequence[str], responses: Sequence[str], batch_size: int = 64):
+        """Yield (response index, log-softmax rows predicting the response's tokens, their ids) per response,
+        teacher-forced at temperature 1 (the policy itself). Empty responses are skipped."""
+        model, tok = self.model, self.tokenizer
+        was_training = model.training
+        model.eval()
+        pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+        try:
+            for start in range(0, len(prompts), batch_size):
+                seqs, spans = [], []
+                batch = zip(prompts[start : start + batch_size], responses[start : start + batch_size], strict=True)
+                for i, (p, r) in enumerate(batch, start):
+                    p_ids = tok(p, add_special_tokens=False)["input_ids"]
+                    r_ids = tok(r, add_special_tokens=False)["input_ids"]
+                    if r_ids:
+                        seqs.append(p_ids + r_ids)
+                        spans.append((i, len(p_ids), r_ids))
+                if not seqs:
+                    continue
+                width = max(len(s) for s in seqs)
+                ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+                mask = torch.zeros((len(seqs), width), dtype=torch.long)
+                for j, s in enumerate(seqs):
+                    ids[j, : len(s)] = torch.tensor(s)
+                    mask[j, : len(s)] = 1
+                with torch.no_grad():
+                    logits = model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits.float()
+                logp = torch.log_softmax(logits, dim=-1)
+                for j, (i, p_len, r_ids) in enumerate(spans):
+                    # position t predicts token t+1: response tokens p_len.. are predicted at p_len-1..
+                    yield i, logp[j, max(p_len - 1, 0) : p_len - 1 + len(r_ids)], r_ids
+        finally:
+            model.train(was_training)
+
     def token_entropy(self, prompts: Sequence[str], responses: Sequence[str], batch_size: int = 64) -> dict:
         """Mean entropy (nats) of the full next-token distribution over each response's tokens, given its prompt.
 
         Temperature 1 (the policy itself), teacher-forced; the token-weighted mean over all responses, and the
         count of tokens it averages.
         """
-        model, tok = self.model, self.tokenizer
-        was_training = model.training
-        model.eval()
         total, count = 0.0, 0
-        pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-        for start in range(0, len(prompts), batch_size):
-            seqs, spans = [], []
-            for p, r in zip(prompts[start : start + batch_size], responses[start : start + batch_size], strict=True):
-                p_ids = tok(p, add_special_tokens=False)["input_ids"]
-                r_ids = tok(r, add_special_tokens=False)["input_ids"]
-                if not r_ids:
-                    continue
-                seqs.append(p_ids + r_ids)
-                spans.append((len(p_ids), len(r_ids)))
-            if not seqs:
-                continue
-            width = max(len(s) for s in seqs)
-            ids = torch.full((len(seqs), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(seqs), width), dtype=torch.long)
-            for i, s in enumerate(seqs):
-                ids[i, : len(s)] = torch.tensor(s)
-                mask[i, : len(s)] = 1
-            logits = model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits.float()
-            logp = torch.log_softmax(logits, dim=-1)
-            ent = -(logp.exp() * logp).sum(-1)  # [batch, width]
-            for i, (p_len, r_len) in enumerate(spans):
-                # position t predicts token t+1: response tokens p_len..p_len+r_len-1 are predicted at p_len-1..
-                total += float(ent[i, max(p_len - 1, 0) : p_len - 1 + r_len].sum())
-                count += r_len
-        model.train(was_training)
+        for _, logp, r_ids in self._teacher_forced(prompts, responses, batch_size):
+            total += float(-(logp.exp() * logp).sum())
+            count += len(r_ids)
         return {"entropy": total / count if count else float("nan"), "tokens": count}
+
+    def token_logprobs(self, prompts: Sequence[str], responses: Sequence[str], batch_size: int = 64) -> list:
+        """log π(yₜ | x, y<ₜ) of each response token, teacher-forced; [] for an empty response."""
+        out: list[list[float]] = [[] for _ in prompts]
+        for i, logp, r_ids in self._teacher_forced(prompts, responses, batch_size):
+            out[i] = logp.gather(-1, torch.tensor(r_ids, device=logp.device)[:, None])[:, 0].tolist()
+        return out
 
     # ---------------------------------------------------------------------------------------------------------
     # weights
 
-    def weight_editor(self, precision: Precision = "fp32-master") -> WeightEditor:
-        return WeightEditor(self.parameters(), precision)
+    def weight_editor(self, precision: Precision = "fp32-master", noise: str = "torch") -> WeightEditor:
+        return WeightEditor(self.parameters(), precision, noise)
 
     def parameters(self) -> dict[str, torch.Tensor]:
         seen: set[int] = set()

@@ -273,12 +273,17 @@ class VLLMBackend:
         self._sync_hf()
         return self.hf.token_entropy(prompts, responses)
 
+    def token_logprobs(self, prompts: Sequence[str], responses: Sequence[str]) -> list[list[float]]:
+        """Teacher-forced response-token log-probabilities on the HF copy, in fp32 like `token_entropy`."""
+        self._sync_hf()
+        return self.hf.token_logprobs(prompts, responses)
+
     # ---------------------------------------------------------------------------------------------------------
     # weights
 
-    def weight_editor(self, precision: str = "fp32-master") -> EngineEditor:
+    def weight_editor(self, precision: str = "fp32-master", noise: str = "torch") -> EngineEditor:
         self._sync_engine()
-        return EngineEditor(self, precision)
+        return EngineEditor(self, precision, noise)
 
     def parameters(self) -> dict[str, torch.Tensor]:
         """A copy of the engine's weights under HF names (not live: write with `load_parameters`)."""
@@ -346,11 +351,12 @@ class VLLMBackend:
 class EngineEditor:
     """The `WeightEditor` interface, run inside the engine's worker (`vllm_worker.ESWorkerExtension`)."""
 
-    def __init__(self, backend: VLLMBackend, precision: str):
+    def __init__(self, backend: VLLMBackend, precision: str, noise: str = "torch"):
         self.backend = backend
         self.precision = precision
+        self.noise = noise
         self.key = next(_EDITOR_KEYS)
-        self._numel = backend._rpc("esbench_editor_new", self.key, precision)
+        self._numel = backend._rpc("esbench_editor_new", self.key, precision, noise)
 
     def _call(self, op: str, *args: Any) -> Any:
         self.backend._engine_edited()

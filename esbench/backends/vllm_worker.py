@@ -159,11 +159,11 @@ class ESWorkerExtension:
         return self._esb_record()
 
     # -- the ES editor ------------------------------------------------------------------------------------------
-    def esbench_editor_new(self, key: int, precision: str) -> int:
+    def esbench_editor_new(self, key: int, precision: str, noise: str = "torch") -> int:
         """A new editor replaces the previous one: each holds an fp32 master of the whole model (28 GB for 7B), and
-        no recipe or analysis uses two at once."""
+        no recipe or analysis uses two at once. `noise` is the driver's noise scheme (`esbench.es.noise`)."""
         self._esb_verify()
-        self._esb_editor = (key, WeightEditor(self._esb_views, precision))  # type: ignore[arg-type]
+        self._esb_editor = (key, WeightEditor(self._esb_views, precision, noise))  # type: ignore[arg-type]
         return self._esb_editor[1].numel()
 
     def esbench_editor(self, key: int, op: str, *args: Any) -> Any:

@@ -7,8 +7,9 @@ seeds and rewards cross the wire, because each engine applies the same update lo
 - The driver (the cell's process) sends each actor `(step, member indices, prompts)`. The actor derives each member's
   (seed, sign) with `ask` from the run seed, the step and the index; perturbs its replica; rolls out; restores; and
   returns the generations. The driver scores them with the task's reward, so reward code runs in one place.
-- After `tell`, every actor and the driver apply the identical fp32 update. Each actor's weight checksum is compared
-  with the driver's, and a divergence raises `WeightsDiverged` naming the actor.
+- After `tell`, every actor and the driver apply the identical fp32 update (each actor's editor has the driver's
+  precision and noise scheme). Each actor's weight checksum is compared with the driver's, and a divergence raises
+  `WeightsDiverged` naming the actor.
 - Members are dealt to actors in contiguous blocks. A member's roll-out depends only on its seed and the weights
   (greedy, or sampled with the member's own seed), so results do not depend on W or on the assignment.
 - `paper-bf16` is refused for W > 1: its subtract-restores leave residuals that depend on which members a replica
@@ -161,7 +162,16 @@ class EnginesPopulation(LocalPopulation):
 class ESActor:
     """One replica (made a Ray actor by `RayPopulation`): a backend over the driver's weights, and an ES editor."""
 
-    def __init__(self, folder: str, backend_spec: dict[str, Any], dtype: str, precision: str, run_seed: int, spec):
+    def __init__(
+        self,
+        folder: str,
+        backend_spec: dict[str, Any],
+        dtype: str,
+        precision: str,
+        run_seed: int,
+        spec,
+        noise: str = "torch",
+    ):
         from safetensors.torch import load_file
 
         from esbench.backends import BackendSpec, build_backend
@@ -169,7 +179,7 @@ class ESActor:
 
         loaded = load_model(folder, dtype=dtype)
         self.backend = build_backend(BackendSpec(**backend_spec), loaded.model, loaded.tokenizer)
-        self.editor = self.backend.weight_editor(precision)
+        self.editor = self.backend.weight_editor(precision, noise)  # the driver's noise scheme
         self.editor.load_master_state(load_file(str(Path(folder) / "master.safetensors")))
         anchor = Path(folder) / "anchor.safetensors"
         self.anchor = load_file(str(anchor)) if anchor.exists() else None
@@ -219,7 +229,7 @@ class RayPopulation(Population):
             actor = ray.remote(ESActor).options(num_cpus=0, num_gpus=1 if cuda else 0)
             dtype = str(backend.dtype).removeprefix("torch.")
             self.actors = [
-                actor.remote(str(folder), backend_spec, dtype, editor.precision, run_seed, asdict(spec))
+                actor.remote(str(folder), backend_spec, dtype, editor.precision, run_seed, asdict(spec), editor.noise)
                 for _ in range(workers)
             ]
             self.check(backend.checksum(), step=None)

@@ -14,6 +14,10 @@ Two bf16 modes reproduce the public behaviour on demand so its artefacts can be 
   Σ cᵢεᵢ is accumulated in fp32 per tensor, then cast to bf16 once and added;
 - `paper-bf16-per-member`: es-at-scale's accelerated variant, which adds each member's cᵢεᵢ in bf16 one at a time.
 
+The noise comes from a named scheme (`esbench.es.noise`, chosen by the ES config's `noise`): `torch` (the default,
+the artifact's seeded `torch.randn`, kept bit-identical) or `table` (block-wise slices of a shared noise table made
+on CPU: the same noise on every device, and perturbing at about copy speed).
+
 The editor works on any mapping of named tensors, so an HF model, a vLLM worker's model, or a toy parameter
 dict in a test all go through the same code.
 """
@@ -26,20 +30,21 @@ from typing import Literal
 
 import torch
 
+from esbench.es import BF16_MODES
+from esbench.es.noise import TorchNoise, get_scheme
+from esbench.es.noise import name_key as name_key  # re-exported: the artifact's tensor-name key
+
 Precision = Literal["fp32-master", "paper-bf16", "paper-bf16-per-member"]
-BF16_MODES = ("paper-bf16", "paper-bf16-per-member")
 _MASK63 = (1 << 63) - 1
 
 
-def name_key(name: str) -> int:
-    """A stable 63-bit key for a tensor name (blake2b, as the paper's artifact does)."""
-    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little") & _MASK63
+_TORCH = TorchNoise()
 
 
 def noise(seed: int, name: str, shape: torch.Size, device: torch.device | str = "cpu") -> torch.Tensor:
-    """Standard-normal fp32 noise for one tensor of one member; independent across tensors and seeds."""
-    gen = torch.Generator(device=device).manual_seed((seed ^ name_key(name)) & _MASK63)
-    return torch.randn(shape, generator=gen, dtype=torch.float32, device=device)
+    """Standard-normal fp32 noise for one tensor of one member (the `torch` scheme); independent across tensors and
+    seeds: `torch.randn` with a generator seeded by seed XOR blake2b(name)."""
+    return _TORCH.noise(seed, name, shape, device)
 
 
 def member_seed(run_seed: int, step: int, index: int) -> int:
@@ -76,11 +81,14 @@ def weights_digest(sums: Mapping[str, int]) -> str:
 
 
 class WeightEditor:
-    """Perturb / restore / update a set of named tensors in place, in one of two precision modes."""
+    """Perturb / restore / update a set of named tensors in place, in one of three precision modes, with the noise of
+    scheme `noise` (`torch` or `table`, see `esbench.es.noise`)."""
 
-    def __init__(self, params: Mapping[str, torch.Tensor], precision: Precision = "fp32-master"):
+    def __init__(self, params: Mapping[str, torch.Tensor], precision: Precision = "fp32-master", noise: str = "torch"):
         self.params = dict(params)
         self.precision = precision
+        self.noise = noise
+        self.scheme = get_scheme(noise)
         self.master: dict[str, torch.Tensor] | None = None
         self.shadow: dict[str, torch.Tensor] | None = None
         if precision == "fp32-master":
@@ -94,7 +102,9 @@ class WeightEditor:
         self.replicas: list[dict[str, torch.Tensor]] = []
 
     @classmethod
-    def for_model(cls, model: torch.nn.Module, precision: Precision = "fp32-master") -> WeightEditor:
+    def for_model(
+        cls, model: torch.nn.Module, precision: Precision = "fp32-master", noise: str = "torch"
+    ) -> WeightEditor:
         """All trainable tensors of a model, de-duplicated (tied embeddings are one tensor, one noise draw)."""
         seen: set[int] = set()
         params = {}
@@ -102,7 +112,7 @@ class WeightEditor:
             if p.requires_grad and id(p) not in seen:
                 seen.add(id(p))
                 params[name] = p.data
-        return cls(params, precision)
+        return cls(params, precision, noise)
 
     def numel(self) -> int:
         return sum(p.numel() for p in self.params.values())
@@ -113,11 +123,10 @@ class WeightEditor:
         if self._active is not None:
             raise RuntimeError("perturb() called twice without restore()")
         for name, p in self.params.items():
-            eps = noise(seed, name, p.shape, p.device)
-            if self.master is not None:
-                p.copy_(self.master[name] + (sign * sigma) * eps)
+            if self.master is not None:  # p ← master + σε (fp32), cast to p's dtype
+                self.scheme.add_scaled(p, self.master[name], seed, name, sign * sigma)
             else:  # public code: add the noise in the compute dtype
-                p.add_(((sign * sigma) * eps).to(p.dtype))
+                self.scheme.add_scaled_cast(p, seed, name, sign * sigma)
         self._active = (seed, sign * sigma)
 
     @torch.no_grad()
@@ -129,8 +138,8 @@ class WeightEditor:
         for name, p in self.params.items():
             if self.master is not None:
                 p.copy_(self.master[name])
-            else:
-                p.sub_((scale * noise(seed, name, p.shape, p.device)).to(p.dtype))
+            else:  # the artifact's restore: add the noise times −σ, cast (equal to subtracting the cast +σε)
+                self.scheme.add_scaled_cast(p, seed, name, -scale)
         self._active = None
 
     @torch.no_grad()
@@ -157,7 +166,7 @@ class WeightEditor:
             if self.master is not None:
                 delta = torch.zeros_like(self.master[name])
                 for s, c in zip(seeds, coeffs, strict=True):
-                    delta.add_(noise(s, name, p.shape, p.device), alpha=c)
+                    self.scheme.accumulate(delta, s, name, c)
                 m = self.master[name]
                 m.add_(delta)
                 if decay:
@@ -169,14 +178,14 @@ class WeightEditor:
                 if self.precision == "paper-bf16":  # the artifact: Σ cᵢεᵢ in fp32, one cast, one add per copy
                     delta = torch.zeros(p.shape, dtype=torch.float32, device=p.device)
                     for s, c in zip(seeds, coeffs, strict=True):
-                        delta.add_(noise(s, name, p.shape, p.device), alpha=c)
+                        self.scheme.accumulate(delta, s, name, c)
                     step = delta.to(p.dtype)
                     for copy in (p, *(r[name] for r in replicas)):
                         copy.add_(step)
                     sh.add_(delta)
                 else:  # es-at-scale's accelerated code: each member's scaled noise added in bf16, one at a time
                     for s, c in zip(seeds, coeffs, strict=True):
-                        eps = noise(s, name, p.shape, p.device)
+                        eps = self.scheme.noise(s, name, p.shape, p.device)
                         p.add_((c * eps).to(p.dtype))
                         sh.add_(eps, alpha=c)
                 if decay:
@@ -184,9 +193,9 @@ class WeightEditor:
                     for copy in (p, *(r[name] for r in replicas)):
                         copy.sub_(((copy - base) * decay).to(p.dtype))
                     sh.sub_((sh - (anchor[name].to(torch.float32) if anchor is not None else 0.0)) * decay)
-            diff = p.detach().to(torch.float32) - before
-            sq += float(diff.pow(2).sum())
-            changed += int((diff != 0).sum())
+            diff = torch.sub(p.detach(), before, out=before)  # in place: no full-size temporaries, same values
+            changed += int(torch.count_nonzero(diff))
+            sq += float(diff.pow_(2).sum())
             total += diff.numel()
         return {"update_norm": sq**0.5, "changed_fraction": changed / max(total, 1)}
 

@@ -71,6 +71,12 @@ class ESConfig(BaseModel):
     precision: Literal["fp32-master", "paper-bf16", "paper-bf16-per-member"] = Field(
         "fp32-master", description="See module docstring."
     )
+    noise: Literal["torch", "table"] = Field(
+        "torch",
+        description="Noise scheme (esbench.es.noise): torch, the artifact's seeded torch.randn per tensor (differs "
+        "between GPU models); table, block-wise slices of a shared table made on CPU (Salimans et al. 2017): the same "
+        "noise on every device, perturbing at about copy speed, 256 MiB per device.",
+    )
     engines: int = Field(
         1, ge=1, description="paper-bf16 only: simulated engines, each with its own restore residuals (artifact: 8)."
     )
@@ -276,7 +282,7 @@ class ES(Method):
         bf16 = cfg.precision in BF16_MODES
         if bf16:
             backend.cast(torch.bfloat16)
-        editor = backend.weight_editor(cfg.precision)
+        editor = backend.weight_editor(cfg.precision, cfg.noise)
         anchor = editor.master_state() if cfg.weight_decay and cfg.decay_anchor == "init" else None
         ckpt = ctx.workdir / "es"
         start, counters = 0, {"rollouts": 0, "generated_tokens": 0}

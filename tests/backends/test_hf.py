@@ -131,3 +131,27 @@ def test_lm_eval_adapter_asks_once_per_prompt_for_all_repeats(twin_folders):
     out = lm.generate_until(reqs)
     assert calls == [(prompts, 4)]
     assert len(out) == 12 and all("\n\n" not in x for x in out)
+
+
+def test_teacher_forced_logprobs_and_entropy_equal_a_direct_forward(tiny_model_dir):
+    """token_logprobs / token_entropy against one unpadded forward per sequence: batching and padding change nothing."""
+    loaded = load_model(str(tiny_model_dir))
+    backend = HFBackend(loaded.model, loaded.tokenizer, device="cpu", cpu_threads=1)
+    tok = backend.tokenizer
+    prompts, responses = ["12+7=", "3*4+1="], [" 19 #### 19", " 13"]
+    got = backend.token_logprobs(prompts, responses, batch_size=2)
+    ent = backend.token_entropy(prompts, responses, batch_size=1)
+    total_ent, count = 0.0, 0
+    for p, r, lp in zip(prompts, responses, got, strict=True):
+        p_ids = tok(p, add_special_tokens=False)["input_ids"]
+        r_ids = tok(r, add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            logits = loaded.model(input_ids=torch.tensor([p_ids + r_ids])).logits.float()[0]
+        logp = torch.log_softmax(logits, -1)[len(p_ids) - 1 : len(p_ids) - 1 + len(r_ids)]
+        want = logp.gather(-1, torch.tensor(r_ids)[:, None])[:, 0]
+        assert len(lp) == len(r_ids) > 0
+        assert torch.allclose(torch.tensor(lp), want, atol=1e-5)
+        total_ent += float(-(logp.exp() * logp).sum())
+        count += len(r_ids)
+    assert ent["tokens"] == count and ent["entropy"] == pytest.approx(total_ent / count, rel=1e-5)
+    assert backend.token_logprobs(["1+1="], [""]) == [[]]

@@ -46,7 +46,8 @@ def test_greedy_answers_equal_hf_on_at_least_90_percent(pair, arith_prompts):
     assert all(y[0].tokens >= len(vb.tokenizer(y[0].text)["input_ids"]) for y in b)
 
 
-def test_member_perturbation_equals_hf_through_the_fused_layout_and_restores_bit_exactly(pair):
+@pytest.mark.parametrize("noise", ["torch", "table"])
+def test_member_perturbation_equals_hf_through_the_fused_layout_and_restores_bit_exactly(pair, noise):
     hf, vb = pair
     original = vb.parameters()
     assert original.keys() == hf.parameters().keys()
@@ -64,7 +65,7 @@ def test_member_perturbation_equals_hf_through_the_fused_layout_and_restores_bit
     assert fused[base + "self_attn.q_proj.weight"][1] != fused[base + "self_attn.k_proj.weight"][1]
     assert fused[base + "mlp.gate_proj.weight"][0] == fused[base + "mlp.up_proj.weight"][0]
 
-    he, ve = hf.weight_editor(), vb.weight_editor()
+    he, ve = hf.weight_editor(noise=noise), vb.weight_editor(noise=noise)  # the worker's editor uses the scheme too
     he.perturb(1234, 0.01, -1.0)
     ve.perturb(1234, 0.01, -1.0)
     try:
@@ -81,11 +82,12 @@ def test_member_perturbation_equals_hf_through_the_fused_layout_and_restores_bit
     assert all(torch.equal(restored[n], original[n]) for n in original)
 
 
-def test_update_equals_hf_and_the_edits_reach_generation(pair, arith_prompts):
+@pytest.mark.parametrize("noise", ["torch", "table"])
+def test_update_equals_hf_and_the_edits_reach_generation(pair, arith_prompts, noise):
     hf, vb = pair
     original = vb.parameters()
     before = vb.generate(arith_prompts[:20], max_new_tokens=40)
-    he, ve = hf.weight_editor(), vb.weight_editor()
+    he, ve = hf.weight_editor(noise=noise), vb.weight_editor(noise=noise)
     try:
         stats_hf = he.update([11, 12, 13], [0.02, -0.01, 0.015])
         stats_vllm = ve.update([11, 12, 13], [0.02, -0.01, 0.015])

@@ -36,18 +36,22 @@ def _prompts(backend, n=8):
     return [task.prompt(r, backend.tokenizer) for r in task.rows("train", n)]
 
 
-def test_three_actors_roll_out_what_the_driver_would_and_catch_a_corrupted_replica(tiny_backend, ray_env, tmp_path):
-    editor = tiny_backend.weight_editor()
+@pytest.mark.parametrize("noise", ["torch", "table"])
+def test_three_actors_roll_out_what_the_driver_would_and_catch_a_corrupted_replica(
+    tiny_backend, ray_env, tmp_path, noise
+):
+    editor = tiny_backend.weight_editor(noise=noise)
     prompts = _prompts(tiny_backend)
     local = LocalPopulation(tiny_backend, editor, SPEC, 0).roll_out(3, prompts)
     assert len({json.dumps(m) for m in local}) > 1  # the members really differ
     pop = RayPopulation(tiny_backend, editor, SPEC, 0, 3, tmp_path)
     try:
+        import ray
+
+        assert ray.get([a.__ray_call__.remote(lambda actor: actor.editor.noise) for a in pop.actors]) == [noise] * 3
         assert pop.roll_out(3, prompts) == local  # blocks of 2, 2 and 1 members, same answers
         editor.update([11, 12], [0.01, -0.01])
         pop.update([11, 12], [0.01, -0.01], 0.0, step=3)  # all replicas agree
-
-        import ray
 
         def corrupt(actor):  # the replica's state is its fp32 master (compute weights are re-derived from it)
             actor.editor.master["model.layers.0.mlp.up_proj.weight"][0, 0] += 1e-4
