@@ -65,3 +65,22 @@ def test_tiny_subtraction_twin_renders_table_13(repo, tmp_path, tiny_model_dir):
     assert "(0.9939)" in row and "(0.0125)" in row  # the paper's values beside ours
     rec = json.loads(next((tmp_path / "runs" / "tiny-subtraction").glob("*/record.json")).read_text())
     assert rec["drift"]["relative_l2"] == 0.0  # a measurement: the weights are the base's
+
+
+def test_a_measurement_cells_log_is_consistent_with_its_budget(tmp_path):
+    """verify's train-log check: a `subtraction` cell spends no updates whatever its budget (it counts directions),
+    while a trained cell's integer budget is its update count."""
+    from esbench.leaderboard.verify_cell import Report, _check_train_log
+
+    d = tmp_path / "cell"
+    d.mkdir()
+    (d / "train.jsonl").write_text(json.dumps({"update": 0, "sigma": 0.001, "objective": "reward-common"}) + "\n")
+    spec = {"method": {"kind": "subtraction", "config": {}}, "budget": 4, "dataset": {"task": "tiny_arith"}}
+    record = {"cell": {"spec": spec}, "budget_used": {"updates": 0}, "train": {"updates_logged": 0}}
+    ok = Report(d, "v1.4")
+    _check_train_log("c", d, record, 64, ok)
+    assert not ok.reasons
+    spec["method"] = {"kind": "es", "config": {}}
+    bad = Report(d, "v1.4")
+    _check_train_log("c", d, record, 64, bad)
+    assert any("the cell's budget 4 is 4" in p for p in bad.reasons)

@@ -44,10 +44,16 @@ def match_run(artifact: dict[str, Any], spec: dict[str, Any], updates: Any, prob
     artifact counts it: 234 updates are 2 epochs of 64-prompt batches; verify has checked the count)."""
     if artifact.get("task") not in spec.get("eval", {}).get("tasks", []) or problems != artifact.get("problems"):
         return None
-    if any(spec_value(spec, k) != v for k, v in artifact.get("match", {}).items()):
+    absent = artifact.get("absent_means", {})  # a field older cell specs lack reads as the value it then had
+
+    def value(k: str) -> Any:
+        v = spec_value(spec, k)
+        return absent.get(k, v) if v is _MISSING else v
+
+    if any(value(k) != v for k, v in artifact.get("match", {}).items()):
         return None
     for name, run in artifact.get("runs", {}).items():
-        if updates == run.get("updates") and all(spec_value(spec, k) == v for k, v in run.get("match", {}).items()):
+        if updates == run.get("updates") and all(value(k) == v for k, v in run.get("match", {}).items()):
             return name
     return None
 

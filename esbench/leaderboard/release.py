@@ -180,6 +180,7 @@ ARTIFACT_RULE: dict[str, Any] = {
                 "method.config.alpha": 0.00025,
                 "method.config.batch_size": 64,
                 "method.config.precision": "paper-bf16",
+                "method.config.noise": "torch",  # the artifact's seeded torch.randn, not the noise table
             },
             "updates": 234,
             "reference": {"mean@32": 73.1994, "greedy": 966},
@@ -190,6 +191,8 @@ ARTIFACT_RULE: dict[str, Any] = {
             },
         },
     },
+    # ES configs before esbench v1.4 had no `noise` field: their noise was the torch scheme
+    "absent_means": {"method.config.noise": "torch"},
     "criteria": {
         "mean@32": {"metric": "pass@1", "unit": "pp", "tolerance": 0.5, "environment": "any"},
         "greedy": {"metric": "greedy", "unit": "problems", "tolerance": 0, "environment": "artifact"},

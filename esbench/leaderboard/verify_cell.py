@@ -286,11 +286,15 @@ def _expected_updates(spec: dict[str, Any], train_size: int) -> int | None:
     from esbench.methods import registry
 
     budget = spec["budget"]
-    if isinstance(budget, int) and not isinstance(budget, bool):
-        return budget
     try:
         cls = registry.get(spec["method"]["kind"])
-    except KeyError:
+    except (KeyError, ImportError):  # a plug-in method not installed (or not importable) where verify runs
+        cls = None
+    if cls is not None and not getattr(cls, "spends_updates", True):  # a measurement (`subtraction`): no updates
+        return 0
+    if isinstance(budget, int) and not isinstance(budget, bool):
+        return budget
+    if cls is None:
         return None
     config = cls.Config.model_validate(spec["method"]["config"])
     return cls.updates_for(budget, train_size, config)

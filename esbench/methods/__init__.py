@@ -94,6 +94,7 @@ class Method:
 
     trains: ClassVar[bool] = True
     loads_weights: ClassVar[bool] = False
+    spends_updates: ClassVar[bool] = True  # False: a measurement whose budget counts something else (no updates)
     Config: ClassVar[type[BaseModel]] = NoConfig
 
     def train(self, train_data: list[dict[str, str]], reward: Reward, budget: int, config: Any, ctx: TrainContext):

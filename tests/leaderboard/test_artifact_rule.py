@@ -203,6 +203,7 @@ def _edited(method: str, path: str, value) -> dict:
         pytest.param(lambda: cell(_edited("base", "eval.temperature", 1.0), 70.27, 988), id="temperature"),
         pytest.param(lambda: cell(_edited("base", "eval.tasks", ["commonsense_qa"]), 70.27, 988), id="no-gsm8k"),
         pytest.param(lambda: cell(_edited("es", "method.config.precision", "fp32-master"), 73.2, 966), id="fp32"),
+        pytest.param(lambda: cell(_edited("es", "method.config.noise", "table"), 73.2, 966), id="noise-table"),
         pytest.param(lambda: cell(_edited("base", "model.path", "Qwen/Qwen2.5-7B-Instruct"), 70.27, 988), id="7b"),
     ],
 )
