@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 RECORD_SCHEMA = "esbench.record/1"
 # The leaderboard release a record is comparable under (esbench.leaderboard.release freezes it in releases/).
-RELEASE = "v1.3"
+RELEASE = "v1.4"
 
 
 class BudgetUsed(BaseModel):

@@ -284,6 +284,8 @@ PAPER_MAP: dict[str, Any] = {
         "math500": "MATH500",
     },
     "tables": [2, 3, 5, 7, 8, 9],
+    # the experiments beyond the main grid (issue 14): which frozen suites' cells fill Tables 6 and 13
+    "coverage": {"population": ["paper-population"], "subtraction": ["paper-subtraction"]},
 }
 
 
