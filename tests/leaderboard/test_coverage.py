@@ -25,7 +25,8 @@ from esbench.metrics.subtraction import PAPER_TABLE_13
 
 REPO = Path(__file__).resolve().parents[2]
 ROOT = REPO / "leaderboard"
-PUBLISHED = sorted(p.name for p in (ROOT / "releases").iterdir())
+RELEASES = sorted(p.name for p in (ROOT / "releases").iterdir())
+PUBLISHED = [r for r in RELEASES if "coverage" not in load_release(ROOT, r)["paper_map"]]  # frozen before coverage
 COVERAGE = {"population": ["paper-population"], "subtraction": ["paper-subtraction"]}
 N = 1319
 
@@ -354,3 +355,18 @@ def test_published_releases_render_without_the_section(rel):
     if committed.startswith(f"# esbench leaderboard — release {rel}\n"):  # the release the committed board shows
         assert md == committed
         assert html == (ROOT / "site" / "index.html").read_text()
+
+
+def test_releases_from_v1_4_show_the_section_and_the_committed_board_has_it():
+    """v1.4 froze the coverage key (the population and subtraction suites), so its board lists every paper value."""
+    assert PUBLISHED == ["v1.0", "v1.1", "v1.2", "v1.3"]
+    release = load_release(ROOT, "v1.4")
+    assert release["paper_map"]["coverage"] == COVERAGE
+    board = lb.build_board(ROOT, release)
+    cov = coverage(board)
+    assert cov is not None
+    md = markdown(board)
+    assert "Coverage of the paper" in md and AWAITING in md
+    committed = (ROOT / "README.md").read_text()
+    if committed.startswith("# esbench leaderboard — release v1.4\n"):
+        assert committed == md

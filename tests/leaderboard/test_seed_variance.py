@@ -17,7 +17,7 @@ from esbench.leaderboard.render import rule_text
 from esbench.leaderboard.verify import CellResult, Report
 
 ROOT = Path(__file__).resolve().parents[2] / "leaderboard"
-RELEASE = load_release(ROOT, CURRENT)  # frozen before the seed term: no `seed_sd_pp` key
+RELEASE = load_release(ROOT, "v1.3")  # frozen before the seed term: no `seed_sd_pp` key
 OLD_RULE = RELEASE["rule"]
 FROZEN = json.loads((RELEASE["dir"] / RELEASE["cells"]).read_text())
 
