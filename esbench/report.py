@@ -278,9 +278,8 @@ def _curves(records, labels) -> dict[str, Any]:
         out["passk"][labels[id(rec)]] = {
             t: {k: m[f"pass@{k}"] for k in rec["cell"]["spec"]["eval"]["k"]} for t, m in rec["metrics"].items()
         }
-        path = rec["_dir"] / "train.jsonl"
-        if path.exists():
-            rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        if (rec["_dir"] / "train.jsonl").exists():
+            rows = report_experiments.train_rows(rec)
             out["training"][labels[id(rec)]] = {
                 "reward": [(r["update"], r["reward_mean"]) for r in rows if "reward_mean" in r],
                 "probe_entropy": [(r["update"], r["probe"]["entropy"]) for r in rows if "probe" in r],

@@ -18,9 +18,12 @@ from esbench.metrics.subtraction import PAPER_TABLE_13
 PAPER_TABLES = Path(__file__).resolve().parent.parent / "leaderboard" / "reference" / "paper_tables.json"
 
 
-def _rows(rec) -> list[dict]:
-    path = rec["_dir"] / "train.jsonl"
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+def train_rows(rec) -> list[dict]:
+    """The cell's train.jsonl rows, read once per record and kept on it (every section reads the same log)."""
+    if "_train" not in rec:
+        path = rec["_dir"] / "train.jsonl"
+        rec["_train"] = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    return rec["_train"]
 
 
 def _points(last: int) -> list[int]:
@@ -32,7 +35,7 @@ def reward_curves(records, labels) -> dict[str, dict[str, Any]]:
     """Per trained cell: raw mean training reward per update, its debiased EMA (β = 0.99) and local SD."""
     out = {}
     for rec in records:
-        series = [(r["update"], r["reward_mean"]) for r in _rows(rec) if "reward_mean" in r]
+        series = [(r["update"], r["reward_mean"]) for r in train_rows(rec) if "reward_mean" in r]
         if series:
             xs = [x for _, x in series]
             out[labels[id(rec)]] = {
@@ -109,7 +112,7 @@ def probe_curves(records, labels) -> dict[str, dict[str, list]]:
     """Fig. 2: the training probe's token entropy and Pass@k (every logged k) over updates."""
     out = {}
     for rec in records:
-        probes = [r for r in _rows(rec) if "probe" in r]
+        probes = [r for r in train_rows(rec) if "probe" in r]
         if probes:
             ks = sorted({k for r in probes for k in r["probe"].get("pass@k", {})}, key=int)
             out[labels[id(rec)]] = {

@@ -290,7 +290,7 @@ def _expected_updates(spec: dict[str, Any], train_size: int) -> int | None:
         cls = registry.get(spec["method"]["kind"])
     except (KeyError, ImportError):  # a plug-in method not installed (or not importable) where verify runs
         cls = None
-    if cls is not None and not getattr(cls, "spends_updates", True):  # a measurement (`subtraction`): no updates
+    if cls is not None and not cls.spends_updates:  # a measurement (`subtraction`): its budget buys no updates
         return 0
     if isinstance(budget, int) and not isinstance(budget, bool):
         return budget

@@ -70,24 +70,19 @@ def test_a_synthetic_task_keeps_its_plain_prompt(chat_tiny):
     assert _contexts(res, "tiny_arith") == [plain.prompt(plain.rows("test", 1)[0])]
 
 
+def _small_eval(task: str, **kw) -> dict:
+    """A few problems, a few tokens, sampled at temperature 1: enough to exercise a paper task's path."""
+    fixed = {"held_out": [], "temperature": 1.0, "top_p": 1.0, "max_new_tokens": 4, "greedy": False}
+    return {"tasks": [task], **fixed, **kw}
+
+
 def test_evaluate_scores_a_paper_task_with_math_verify(chat_tiny, tmp_path, monkeypatch):
     from esbench.backends.hf import HFBackend
     from esbench.evaluation import evaluate
     from esbench.spec import EvalSpec
 
     monkeypatch.setenv(hub.ENV_DIR, str(FIXTURES))
-    ev = {
-        "tasks": ["gsm8k"],
-        "held_out": [],
-        "limit": 3,
-        "n": 2,
-        "k": [1, 2],
-        "temperature": 1.0,
-        "top_p": 1.0,
-        "max_new_tokens": 4,
-        "greedy": False,
-        "entropy": False,
-    }
+    ev = _small_eval("gsm8k", limit=3, n=2, k=[1, 2], entropy=False)
     metrics = evaluate(HFBackend(chat_tiny.model, chat_tiny.tokenizer, device="cpu"), EvalSpec(**ev), 0, tmp_path)
     assert metrics["gsm8k"]["problems"] == 3 and metrics["gsm8k"]["n"] == 2
     lines = (tmp_path / "samples" / "gsm8k.jsonl").read_text().splitlines()
@@ -101,18 +96,7 @@ def test_evaluate_keeps_countdown_messages_so_its_prompt_can_be_rebuilt(chat_tin
     from esbench.spec import EvalSpec
 
     monkeypatch.setenv(hub.ENV_DIR, str(FIXTURES))
-    ev = {
-        "tasks": ["countdown"],
-        "held_out": [],
-        "limit": 2,
-        "n": 1,
-        "k": [1],
-        "temperature": 1.0,
-        "top_p": 1.0,
-        "max_new_tokens": 4,
-        "greedy": False,
-        "entropy": True,
-    }
+    ev = _small_eval("countdown", limit=2, n=1, k=[1], entropy=True)
     metrics = evaluate(HFBackend(chat_tiny.model, chat_tiny.tokenizer, device="cpu"), EvalSpec(**ev), 0, tmp_path)
     assert metrics["countdown"]["problems"] == 2 and "entropy" in metrics["countdown"]
     docs = [json.loads(line)["doc"] for line in (tmp_path / "samples" / "countdown.jsonl").read_text().splitlines()]
