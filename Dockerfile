@@ -8,11 +8,20 @@
 # Bases are pinned by digest through ARGs, so a local base can be passed where no registry is reachable
 # (`--build-arg CPU_BASE=localhost/esbench-base:bookworm`; `make image-cpu` builds one with debootstrap). The
 # digests below are the ones other public projects pin for these tags (python:3.11-slim-bookworm, uv 0.9.17,
-# nvidia/cuda:12.8.1-devel-ubuntu22.04); they were not pulled on the machine that wrote this file, which reaches no
+# nvidia/cuda:13.0.3-base-ubuntu22.04); they were not pulled on the machine that wrote this file, which reaches no
 # container registry. The image bakes /etc/esbench/build.json (esbench version and commit, lock hash, base), which
 # provenance reads when there is no git checkout.
 ARG CPU_BASE=docker.io/library/python:3.11-slim-bookworm@sha256:2e32f7d302adc1c37428355c1e646897c0c53f4fd60b6a551245fb90ee129f91
-ARG GPU_BASE=docker.io/nvidia/cuda:12.8.1-devel-ubuntu22.04@sha256:6617a625f4090c76c545a0e7d63f2e441718ef9af7f4efe7dd1242a29e289fd7
+# One CUDA stack: locks/gpu.txt is CUDA 13 (torch 2.13.0 pulls cuda-toolkit 13.0, vLLM 0.30.0 the CUDA 13 runtime), so
+# the base is CUDA 13.0 and the host needs an NVIDIA driver >= 580 (README "GPU requirements", esbench/gpu.py;
+# tests/test_gpu_stack.py checks they agree). The `base` flavour, not `devel` or `runtime`: torch and vLLM load the
+# CUDA libraries of their own wheels, so the image needs only CUDA 13.0's cudart, its forward-compat driver libs and
+# the NVIDIA_REQUIRE_CUDA=cuda>=13.0 the container toolkit checks at start. No CUDA toolkit: the paths esbench runs
+# compile no CUDA C++ (vLLM's FlashAttention and custom ops ship compiled in its wheel), and the nvcc that vLLM's
+# kernel packages JIT with comes from the lock (nvidia-cuda-nvcc, via humming-kernels). Triton and torch.compile do need a
+# host C compiler at run time (Triton builds its launcher with gcc), installed below. A route that JITs FlashInfer
+# CUDA sources (not esbench's) would need --build-arg GPU_BASE=docker.io/nvidia/cuda:13.0.3-devel-ubuntu22.04.
+ARG GPU_BASE=docker.io/nvidia/cuda:13.0.3-base-ubuntu22.04@sha256:73ab6dfb3814a5097cd456736e70650ef9dc72343be4117d0400de78168760fe
 ARG UV_IMAGE=ghcr.io/astral-sh/uv:0.9.17@sha256:5cb6b54d2bc3fe2eb9a8483db958a0b9eebf9edff68adedb369df8e7b98711a2
 
 FROM ${UV_IMAGE} AS uv
@@ -62,6 +71,9 @@ ENV VIRTUAL_ENV=/opt/esbench PATH=/opt/esbench/bin:$PATH PYTHONUNBUFFERED=1 UV_P
     VLLM_ENABLE_V1_MULTIPROCESSING=0 HF_HOME=/cache/huggingface ESBENCH_CACHE=/cache/esbench
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 COPY --from=uv /uv /usr/local/bin/uv
+# gcc for Triton's launcher stubs and torch.compile (a CUDA vLLM engine compiles its graph on start: enforce_eager off)
+# hadolint ignore=DL3008
+RUN apt-get update && apt-get install -y --no-install-recommends gcc g++ libc6-dev && rm -rf /var/lib/apt/lists/*
 # Ubuntu 22.04 ships Python 3.10; uv installs the CPython 3.11 the lock was resolved for
 RUN uv venv --python 3.11 /opt/esbench
 COPY locks/gpu.txt /opt/esbench/lock.txt

