@@ -241,6 +241,12 @@ def cmd_env(args) -> int:
     return 0
 
 
+def cmd_doctor(args) -> int:
+    from esbench.doctor import main as doctor
+
+    return doctor(args.suite, args.device, args.json, hf_only=args.hf_only)
+
+
 def cmd_report(args) -> int:
     from esbench.report import render_markdown, write_report
 
@@ -356,6 +362,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("env", help="print this environment's provenance as JSON")
     e.set_defaults(fn=cmd_env)
+
+    d = sub.add_parser("doctor", help="check this machine's GPU stack and every GPU path on the tiny model (~1 min)")
+    d.add_argument("suite", nargs="?", help="also check that this suite's pinned models and datasets are cached")
+    d.add_argument(
+        "--device",
+        default="auto",
+        choices=["auto", "cpu", "cuda"],
+        help="auto (CUDA when usable, else CPU: the CPU subset), cpu, or cuda (exit 1 at once without a usable GPU)",
+    )
+    d.add_argument("--json", metavar="PATH", help="also write the rows and the GPU facts as JSON to PATH")
+    d.add_argument("--hf-only", action="store_true", help="skip the vLLM checks (a machine without vLLM)")
+    d.set_defaults(fn=cmd_doctor)
 
     from esbench.leaderboard.commands import add_parsers as add_leaderboard_parsers
 
