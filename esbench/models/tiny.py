@@ -13,6 +13,7 @@ swaps in Qwen2's own tokenizer when such a checkpoint is reloaded.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
@@ -232,6 +233,17 @@ def ensure_built(recipe: dict[str, Any] | None = None) -> Path:
     if (target / "esbench-recipe.json").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
+    # One builder at a time: concurrent processes (parallel cells, test sessions) that find the cache empty wait for
+    # the first build instead of each pre-training the same model on the same cores (N builds on 2 cores took an
+    # hour). flock is released by the kernel when its holder dies, so a killed build never blocks the next one.
+    with open(target.parent / f".{target.name}.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / "esbench-recipe.json").exists():
+            return target
+        return _build(recipe, target)
+
+
+def _build(recipe: dict[str, Any], target: Path) -> Path:
     log.warning("building the embedded tiny model into %s (one-off, about two minutes)", target)
     model, tokenizer, stats = pretrain(recipe)
     tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
@@ -85,3 +86,30 @@ def test_tiny_model_has_partial_skill_and_learned_held_out_families(tiny_model_d
     assert arith["pass@16"] >= 1.5 * arith["pass@1"]
     for task in ("tiny_reverse", "tiny_max"):
         assert m[task]["pass@1"] >= 0.5, (task, m[task]["pass@1"])
+
+
+def test_concurrent_builds_wait_for_the_first(tmp_path, monkeypatch):
+    """Processes that find the cache empty at once build the model once; the others wait and reuse it."""
+    import subprocess
+    import sys
+
+    recipe = copy.deepcopy(tiny.RECIPE)
+    recipe["train"]["steps"] = 4
+    monkeypatch.setenv("ESBENCH_CACHE", str(tmp_path))
+    script = (
+        "import json, sys, logging; from esbench.models import tiny; logging.basicConfig(level=logging.WARNING);"
+        "print(tiny.ensure_built(json.loads(sys.argv[1])))"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, json.dumps(recipe)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err for _, err in outs]
+    assert len({out.strip() for out, _ in outs}) == 1
+    assert sum("building the embedded tiny model" in err for _, err in outs) == 1, "exactly one process pre-trains"
