@@ -9,7 +9,7 @@ distribution, and runs with `model.generation_config` swapped for an empty one: 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,20 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> str:
     from lm_eval.models.utils import postprocess_generated_text
 
     return postprocess_generated_text(text, list(stop), None)
+
+
+def _pack(lengths: Sequence[int], token_budget: int, max_seqs: int | None = None) -> list[list[int]]:
+    """Indices of sequences in chunks of at most `token_budget` padded tokens (chunk size × its longest), longest
+    first so that lengths alike share a chunk; a sequence longer than the budget goes alone."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    out: list[list[int]] = []
+    for i in order:
+        last = out[-1] if out else None
+        if last and (len(last) + 1) * lengths[last[0]] <= token_budget and len(last) < (max_seqs or len(lengths)):
+            last.append(i)
+        else:
+            out.append([i])
+    return out
 
 
 class HFBackend:
@@ -153,59 +167,164 @@ class HFBackend:
         self.model.train(was_training)
         return out
 
+    # ---------------------------------------------------------------------------------------------------------
+    # teacher-forced scoring, in bounded memory
+
+    # Padded tokens per transformer forward. Sequences are packed by length into chunks of at most this many
+    # (longest first, so padding stays small); one longer sequence runs alone. 8192 keeps an H200 busy on a 0.5B–7B
+    # model and keeps the body's activations (about tokens × intermediate size per layer, no grad, no KV cache) to
+    # well under a GiB, whatever the batch.
+    score_tokens: int = 8192
+    # Logit elements (positions × vocabulary) per LM-head call: the fp32 logits and their log-softmax are the
+    # largest tensors of scoring, two of this size at a time (128 MiB at 2**24). A budget in elements rather than
+    # positions keeps that peak fixed across vocabularies: 110 positions per call at Qwen's 151,936, 524 at 32,000.
+    # On CPU, keep it ≥ 2**23: glibc serves blocks over 32 MiB by mmap and returns them on free, while smaller
+    # ones can stay resident (2**20 measured 855 MiB of RSS for 50 MiB of live tensors).
+    score_logits: int = 1 << 24
+
+    # Causal-LM classes whose forward is `lm_head(last_hidden_state)` with nothing after it (no soft-cap, no
+    # scaling), checked against transformers 5.24's sources. Their body and head run apart, so the head sees only
+    # the response positions, a few at a time. Any other model runs its own forward (`_body_and_head`).
+    _PLAIN_HEAD = frozenset(
+        {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM"}
+    )
+
+    def _body_and_head(self, ids: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor):
+        """(features of positions (rows, cols) of a padded batch, the head that turns a few of them into logits,
+        the vocabulary size).
+
+        A `_PLAIN_HEAD` model runs its body alone: the features are hidden states and the head is its output
+        embedding (tied to the input embedding or not, it is the module its own forward calls). Any other
+        transformers model runs its own forward with `logits_to_keep` set to those positions, so its own soft-cap
+        or scaling applies and it projects only them; anything else returns full logits, sliced here.
+        """
+        model = self.model
+        if type(model).__name__ in self._PLAIN_HEAD and model.get_output_embeddings() is not None:
+            head = model.get_output_embeddings()
+            hidden = model.base_model(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+            return hidden[rows, cols], head, getattr(head, "out_features", None) or model.config.vocab_size
+        if hasattr(model, "get_output_embeddings"):
+            keep = torch.zeros_like(mask, dtype=torch.bool)
+            keep[rows, cols] = True
+            logits = model(input_ids=ids, attention_mask=mask, use_cache=False, logits_to_keep=keep).logits
+        else:
+            logits = model(input_ids=ids, attention_mask=mask).logits[rows, cols]
+        return logits, torch.nn.Identity(), logits.shape[-1]
+
     @torch.no_grad()
-    def _teacher_forced(self, prompts: Sequence[str], responses: Sequence[str], batch_size: int = 64):
-        """Yield (response index, log-softmax rows predicting the response's tokens, their ids) per response,
-        teacher-forced at temperature 1 (the policy itself). Empty responses are skipped."""
+    def _per_token(
+        self,
+        prompts: Sequence[str],
+        responses: Sequence[str],
+        stat: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        *,
+        batch_size: int | None = None,
+        token_budget: int | None = None,
+        logit_budget: int | None = None,
+    ) -> list[torch.Tensor]:
+        """stat(log-softmax rows, target ids) → one fp32 value per row, for every response token, teacher-forced at
+        temperature 1 (the policy itself); an empty tensor for an empty response.
+
+        Position t predicts token t+1, so a response after a p-token prompt is scored at positions p-1 … p+r-2 of
+        prompt + response, each part tokenised alone. Sequences are right-padded (real tokens keep positions 0…,
+        and causal attention never reaches the pads) and packed into chunks of at most `token_budget` padded tokens
+        (and `batch_size` sequences, if given). Only the response positions go through the LM head, at most
+        `logit_budget // vocabulary` at a time: peak memory grows with neither the batch nor vocabulary × length.
+        """
         model, tok = self.model, self.tokenizer
+        token_budget = token_budget or self.score_tokens
+        logit_budget = logit_budget or self.score_logits
+        pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+        seqs, spans = [], []  # spans: (response index, prompt length, response ids)
+        for i, (p, r) in enumerate(zip(prompts, responses, strict=True)):
+            p_ids = tok(p, add_special_tokens=False)["input_ids"]
+            r_ids = tok(r, add_special_tokens=False)["input_ids"]
+            if r_ids and not p_ids:
+                raise ValueError(f"response {i} has an empty prompt: its first token has no prediction to score")
+            if r_ids:
+                seqs.append(p_ids + r_ids)
+                spans.append((i, len(p_ids), r_ids))
+        out = [torch.zeros(0) for _ in prompts]
         was_training = model.training
         model.eval()
-        pad = tok.pad_token_id if tok.pad_token_id is not None else 0
         try:
-            for start in range(0, len(prompts), batch_size):
-                seqs, spans = [], []
-                batch = zip(prompts[start : start + batch_size], responses[start : start + batch_size], strict=True)
-                for i, (p, r) in enumerate(batch, start):
-                    p_ids = tok(p, add_special_tokens=False)["input_ids"]
-                    r_ids = tok(r, add_special_tokens=False)["input_ids"]
-                    if r_ids:
-                        seqs.append(p_ids + r_ids)
-                        spans.append((i, len(p_ids), r_ids))
-                if not seqs:
-                    continue
-                width = max(len(s) for s in seqs)
-                ids = torch.full((len(seqs), width), pad, dtype=torch.long)
-                mask = torch.zeros((len(seqs), width), dtype=torch.long)
-                for j, s in enumerate(seqs):
-                    ids[j, : len(s)] = torch.tensor(s)
-                    mask[j, : len(s)] = 1
-                with torch.no_grad():
-                    logits = model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits.float()
-                logp = torch.log_softmax(logits, dim=-1)
-                for j, (i, p_len, r_ids) in enumerate(spans):
-                    # position t predicts token t+1: response tokens p_len.. are predicted at p_len-1..
-                    yield i, logp[j, max(p_len - 1, 0) : p_len - 1 + len(r_ids)], r_ids
+            for chunk in _pack([len(s) for s in seqs], token_budget, batch_size):
+                width = len(seqs[chunk[0]])
+                ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+                mask = torch.zeros((len(chunk), width), dtype=torch.long)
+                rows, cols, targets = [], [], []
+                for b, j in enumerate(chunk):
+                    _, p_len, r_ids = spans[j]
+                    ids[b, : len(seqs[j])] = torch.tensor(seqs[j])
+                    mask[b, : len(seqs[j])] = 1
+                    rows += [b] * len(r_ids)
+                    cols += range(p_len - 1, p_len - 1 + len(r_ids))
+                    targets += r_ids
+                dev = self.device
+                feats, head, vocab = self._body_and_head(
+                    ids.to(dev), mask.to(dev), torch.tensor(rows, device=dev), torch.tensor(cols, device=dev)
+                )
+                targets = torch.tensor(targets, device=dev)
+                step = max(1, logit_budget // vocab)
+                values = []
+                for s in range(0, len(targets), step):
+                    logp = torch.log_softmax(head(feats[s : s + step]).float(), dim=-1)
+                    values.append(stat(logp, targets[s : s + step]).cpu())
+                    del logp
+                del feats
+                values = torch.cat(values).split([len(spans[j][2]) for j in chunk])
+                for j, v in zip(chunk, values, strict=True):
+                    out[spans[j][0]] = v
         finally:
             model.train(was_training)
+        return out
 
-    def token_entropy(self, prompts: Sequence[str], responses: Sequence[str], batch_size: int = 64) -> dict:
+    def token_entropy(
+        self,
+        prompts: Sequence[str],
+        responses: Sequence[str],
+        batch_size: int | None = None,
+        *,
+        token_budget: int | None = None,
+        logit_budget: int | None = None,
+    ) -> dict:
         """Mean entropy (nats) of the full next-token distribution over each response's tokens, given its prompt.
 
         Temperature 1 (the policy itself), teacher-forced; the token-weighted mean over all responses, and the
-        count of tokens it averages.
+        count of tokens it averages. Memory and chunking: `_per_token`.
         """
+
+        def entropy(logp: torch.Tensor, _targets: torch.Tensor) -> torch.Tensor:
+            p = logp.exp()
+            return -p.mul_(logp).sum(-1)  # in place: one vocabulary-wide temporary beside logp
+
+        rows = self._per_token(
+            prompts, responses, entropy, batch_size=batch_size, token_budget=token_budget, logit_budget=logit_budget
+        )
         total, count = 0.0, 0
-        for _, logp, r_ids in self._teacher_forced(prompts, responses, batch_size):
-            total += float(-(logp.exp() * logp).sum())
-            count += len(r_ids)
+        for v in rows:
+            total += float(v.double().sum())
+            count += len(v)
         return {"entropy": total / count if count else float("nan"), "tokens": count}
 
-    def token_logprobs(self, prompts: Sequence[str], responses: Sequence[str], batch_size: int = 64) -> list:
+    def token_logprobs(
+        self,
+        prompts: Sequence[str],
+        responses: Sequence[str],
+        batch_size: int | None = None,
+        *,
+        token_budget: int | None = None,
+        logit_budget: int | None = None,
+    ) -> list:
         """log π(yₜ | x, y<ₜ) of each response token, teacher-forced; [] for an empty response."""
-        out: list[list[float]] = [[] for _ in prompts]
-        for i, logp, r_ids in self._teacher_forced(prompts, responses, batch_size):
-            out[i] = logp.gather(-1, torch.tensor(r_ids, device=logp.device)[:, None])[:, 0].tolist()
-        return out
+
+        def logprob(logp: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+            return logp.gather(-1, targets[:, None])[:, 0]
+
+        rows = self._per_token(
+            prompts, responses, logprob, batch_size=batch_size, token_budget=token_budget, logit_budget=logit_budget
+        )
+        return [v.tolist() for v in rows]
 
     # ---------------------------------------------------------------------------------------------------------
     # weights
