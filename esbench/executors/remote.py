@@ -1,20 +1,18 @@
 """Running one cell inside a remote worker (a Ray task, a Slurm array task): shared by the ray and slurm executors.
 
 The worker calls `run_cell_file`, like `esbench run-cell`, with the cell's library logs in its `esbench.log`. A
-retry that lands while a dead holder's lease has not yet expired waits for it, up to `LEASE_WAIT_S`.
+retry that lands while a dead holder's lease on another node has not yet expired waits for it inside the cell's
+`Lease` (up to the holder's ttl, with one message in the job's log); a dead holder on the same node is taken over at
+once.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import time
 from pathlib import Path
 
 log = logging.getLogger(__name__)
-
-LEASE_WAIT_S = 150.0  # the Lease's ttl (120 s) plus a margin: a dead holder on another node has expired by then
-
 
 EXECUTION_ENV = ("ESBENCH_ES_WORKERS", "ESBENCH_RAY_ADDRESS")
 
@@ -24,16 +22,14 @@ def execution_env() -> dict[str, str]:
     return {k: os.environ[k] for k in EXECUTION_ENV if k in os.environ}
 
 
-def run_cell_remote(
-    cell_json: str | Path, directory: str | Path, wait_s: float = LEASE_WAIT_S, env: dict[str, str] | None = None
-) -> None:
+def run_cell_remote(cell_json: str | Path, directory: str | Path, env: dict[str, str] | None = None) -> None:
     """Run one cell in a remote worker (Ray task, Slurm job): `run_cell_file` with the cell's `esbench.log`.
 
-    A `CellBusy` lease is waited on for up to `wait_s`: after a crash or preemption on another node, the dead
-    holder's lease expires within its ttl and the retry takes over. A live runner keeps renewing it, so a cell run
-    twice at once still fails (after `wait_s`) instead of interleaving writes.
+    The cell's `Lease` does the waiting: after a crash or preemption on another node, the dead holder's lease
+    expires within its ttl and the retry takes over; a live runner keeps renewing it, so a cell run twice at once
+    still fails with `CellBusy` instead of interleaving writes.
     """
-    from esbench.records import CellBusy, CellDir
+    from esbench.records import CellDir
     from esbench.runner import run_cell_file
 
     os.environ.update(env or {})
@@ -51,17 +47,8 @@ def run_cell_remote(
     note = f"cell {cd.path.name}: {'resuming from work/' if resuming else 'starting'} (pid {os.getpid()})"
     print(f"esbench: {note}", flush=True)  # the job's stdout (submitit log, Ray worker log)
     log.info(note)
-    deadline = time.monotonic() + wait_s
     try:
-        while True:
-            try:
-                run_cell_file(Path(cell_json), cd.path)
-                return
-            except CellBusy:
-                if time.monotonic() >= deadline:
-                    raise
-                log.warning("%s: lease held; waiting for it to be released or to expire", cd.path)
-                time.sleep(5.0)
+        run_cell_file(Path(cell_json), cd.path)
     finally:
         root.removeHandler(handler)
         root.setLevel(level)
