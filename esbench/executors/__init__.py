@@ -92,6 +92,22 @@ def write_cell(cell: Cell, dir_of: Callable[[Cell], Path]) -> CellDir:
     return cd
 
 
+def method_kinds(method: dict[str, Any]) -> set[str]:
+    """The method kinds a cell spec's `method` runs: itself, or a sequence's stages."""
+    stages = (method.get("config") or {}).get("stages") if method.get("kind") == "sequence" else None
+    return {s["kind"] for s in stages} if stages else {method.get("kind", "")}
+
+
+def gpus_needed(spec: dict[str, Any]) -> int:
+    """GPUs a cell's process uses when it runs on GPUs: one for its own model, plus one per `--es-workers` replica
+    (ESBENCH_ES_WORKERS, an execution option read where the run starts; W > 1) for a cell with an ES stage. The
+    driver keeps its replica on its own GPU (`esbench.es.population`, "GPU accounting")."""
+    from esbench.runner import es_workers
+
+    workers = es_workers()
+    return 1 + workers if workers > 1 and "es" in method_kinds(spec.get("method") or {}) else 1
+
+
 def _stages(cell: Cell) -> int | None:
     from esbench.runner import stage_count
 

@@ -13,10 +13,21 @@ a GPU cell (`backend.device: cuda`, or `auto` when the cluster has GPUs) for one
 as many cells at once as the cluster holds; `jobs` (the local executor's concurrency) is accepted and ignored. The
 cell tasks are the only things that hold CPUs: the driver only waits on them.
 
+GPU cells run one per worker process (`max_calls=1`): the worker exits after its cell, so the next cell never
+inherits its CUDA context, its GPU memory or its vLLM engine. Ray sets that rule itself only for `num_gpus` given in
+the `@ray.remote` decorator, and refuses `max_calls` in `.options()`, so GPU cells get their own remote function.
+
+A GPU cell with `--es-workers W` (an ES stage, W > 1) needs W + 1 GPUs at once: its own for the driver's replica and
+one per ES worker. It runs in bundle 0 of a placement group [{CPU, GPU: 1}, {GPU: 1} × W] (PACK) that its workers
+then fill (`esbench.es.population`, "GPU accounting"). Ray reserves a group all or nothing, so such cells queue for
+free GPUs instead of each holding one while its workers wait for the others (a deadlock). A cell no local instance
+could hold fails at once; on a cluster, one still unplaced after ESBENCH_RAY_READY_TIMEOUT_S (default 300 s) while
+asking more GPUs than the cluster has fails naming both (an autoscaler may add nodes until then).
+
 Retries: `max_retries` (default 2) re-runs a task whose worker or node died (OOM kill, preemption of a spot node).
 The re-run resumes from the cell's checkpoints under `work/`: `run-cell` resumes by itself, and the cell's Lease
 (`.lease`) is stale once its holder's pid is gone on this host or it stopped being renewed (ttl 120 s). A retry that
-lands on another node while the lease has not yet expired waits for it (`executors.remote`, up to `LEASE_WAIT_S`).
+lands on another node while the lease has not yet expired waits for it (inside the cell's `records.Lease`, up to its ttl).
 Exceptions raised by the cell itself are not retried (they would fail again): the cell is reported failed with
 "Type: message" and the remote traceback goes to its `error.log`.
 
@@ -29,11 +40,12 @@ leaves that choice to the user (`RAY_AUTH_MODE=disabled` for a private single-ma
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from esbench.executors import Failure, Handle, write_cell
+from esbench.executors import Failure, Handle, method_kinds, write_cell
 from esbench.executors.remote import execution_env, run_cell_remote
 from esbench.spec import Cell
 
@@ -44,6 +56,9 @@ MAX_RETRIES = 2
 
 def _task(cell_json: str, directory: str, env: dict[str, str]) -> None:
     """The Ray task body (module level, so workers import it by reference)."""
+    from esbench.ray_session import pin_assigned_gpus
+
+    pin_assigned_gpus()  # `cuda` is the GPU Ray gave this task
     run_cell_remote(cell_json, directory, env=env)
 
 
@@ -54,6 +69,27 @@ def resources(spec: dict[str, Any], cluster_gpus: float) -> dict[str, float]:
     if device == "cuda" or (device == "auto" and cluster_gpus > 0):
         return {"num_cpus": 1, "num_gpus": 1}
     return {"num_cpus": int(backend.get("cpu_threads", 1)), "num_gpus": 0}
+
+
+def es_workers(spec: dict[str, Any], env: dict[str, str]) -> int:
+    """The ES workers (Ray actors) the cell will start: `--es-workers` W for a cell with an ES stage when W > 1."""
+    workers = int(env.get("ESBENCH_ES_WORKERS", "1"))
+    return workers if workers > 1 and "es" in method_kinds(spec.get("method") or {}) else 0
+
+
+def bundles(request: dict[str, float], workers: int) -> list[dict[str, float]] | None:
+    """The placement group of a GPU cell with ES workers: the cell task's bundle, then one GPU per worker; None when
+    the task needs no group (a CPU cell's workers hold no resources, a cell without workers holds only its own)."""
+    if not (request["num_gpus"] and workers):
+        return None
+    return [{"CPU": request["num_cpus"], "GPU": request["num_gpus"]}] + [{"GPU": 1.0}] * workers
+
+
+def _demand(request: dict[str, float], group: list[dict[str, float]] | None) -> dict[str, float]:
+    """CPUs and GPUs the cell holds at once."""
+    if group is None:
+        return {"CPU": request["num_cpus"], "GPU": request["num_gpus"]}
+    return {r: sum(b.get(r, 0) for b in group) for r in ("CPU", "GPU")}
 
 
 def _describe(error: BaseException) -> tuple[str, str]:
@@ -74,30 +110,45 @@ class RayExecutor:
     def __init__(self, jobs: int = 1, max_retries: int = MAX_RETRIES):
         self.max_retries = max_retries  # `jobs` is the local executor's; Ray schedules what the cluster holds
         self._session = None
+        self._groups: dict[Any, tuple[Any, dict[str, float], float]] = {}  # task ref -> (group, demand, since)
 
     def submit(self, cells: list[Cell], dir_of: Callable[[Cell], Path]) -> list[Handle]:
         import ray
+        from ray.util import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        from esbench.ray_session import session
+        from esbench.ray_session import ES_WORKERS_GROUP, session
 
         self._session = session()
         local = self._session.__enter__() is not None  # our own instance: its size is all there is
         totals = ray.cluster_resources()
-        remote = ray.remote(_task)
+        cpu_task = ray.remote(_task)
+        gpu_task = ray.remote(max_calls=1)(_task)  # a fresh worker per GPU cell (module docstring)
         env = execution_env()
         handles = []
         for cell in cells:
             h = Handle(cell, write_cell(cell, dir_of))
             request = resources(cell.spec, totals.get("GPU", 0))
-            if local and any(request[k] > totals.get(r, 0) for k, r in _KEYS.items()):
+            workers = es_workers(cell.spec, env)
+            group = bundles(request, workers)
+            demand = _demand(request, group)
+            if local and any(demand[r] > totals.get(r, 0) for r in demand):
+                with_workers = f" (itself and its {workers} ES workers)" if group else ""
                 msg = (
-                    f"cell asks for {request['num_cpus']} CPUs and {request['num_gpus']} GPUs; this machine's Ray "
-                    f"instance has {totals.get('CPU', 0):g} and {totals.get('GPU', 0):g}: it would never start"
+                    f"cell asks for {demand['CPU']:g} CPUs and {demand['GPU']:g} GPUs{with_workers}; this machine's "
+                    f"Ray instance has {totals.get('CPU', 0):g} and {totals.get('GPU', 0):g}: it would never start"
                 )
                 h.ref = Failure(f"RuntimeError: {msg}", msg + "\n")
-            else:
-                options = {**request, "max_retries": self.max_retries, "name": f"esbench {cell.name}"}
-                h.ref = remote.options(**options).remote(str(h.cd.cell_json), str(h.cd.path), env)
+                handles.append(h)
+                continue
+            options = {**request, "max_retries": self.max_retries, "name": f"esbench {cell.name}"}
+            if group is not None:
+                pg = placement_group(group, strategy="PACK", name=f"{ES_WORKERS_GROUP} {cell.id}")
+                options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0)
+            remote = gpu_task if request["num_gpus"] else cpu_task
+            h.ref = remote.options(**options).remote(str(h.cd.cell_json), str(h.cd.path), env)
+            if group is not None:
+                self._groups[h.ref] = (pg, demand, time.monotonic())
             handles.append(h)
         return handles
 
@@ -118,14 +169,51 @@ class RayExecutor:
                 ray.get(ref)
             except Exception as e:  # one failed cell must not stop the others
                 out.append((by_ref[ref], Failure(*_describe(e))))
+            else:
+                out.append((by_ref[ref], None))
+            self._release(ref)
+        finished = set(done)
+        waiting = [ref for ref in by_ref if ref not in finished]
+        return out + [(by_ref[ref], f) for ref, f in self._unplaceable(waiting)]
+
+    def _unplaceable(self, refs: list) -> list[tuple[Any, Failure]]:
+        """Cells whose group is still unplaced after the ready timeout and asks more than the cluster has: failed
+        (their tasks cancelled), where they would otherwise wait forever."""
+        import ray
+
+        from esbench.ray_session import ready_timeout
+
+        out = []
+        now, totals = time.monotonic(), None
+        for ref in refs:
+            if ref not in self._groups:
                 continue
-            out.append((by_ref[ref], None))
+            pg, demand, since = self._groups[ref]
+            if now - since < ready_timeout() or ray.wait([pg.ready()], timeout=0)[0]:
+                continue
+            totals = totals or ray.cluster_resources()
+            if all(demand[r] <= totals.get(r, 0) for r in demand):
+                continue  # it fits once running cells finish: keep waiting
+            ray.cancel(ref, force=True)
+            self._release(ref)
+            msg = (
+                f"cell asks for {demand['CPU']:g} CPUs and {demand['GPU']:g} GPUs at once (itself and its ES "
+                f"workers); after {ready_timeout():g} s (ESBENCH_RAY_READY_TIMEOUT_S) the Ray cluster has "
+                f"{totals.get('CPU', 0):g} CPUs and {totals.get('GPU', 0):g} GPUs: it cannot start"
+            )
+            out.append((ref, Failure(f"RuntimeError: {msg}", msg + "\n")))
         return out
 
+    def _release(self, ref) -> None:
+        from ray.util import remove_placement_group
+
+        group = self._groups.pop(ref, None)
+        if group is not None:
+            remove_placement_group(group[0])
+
     def close(self) -> None:
+        for ref in list(self._groups):
+            self._release(ref)
         if self._session is not None:
             self._session.__exit__(None, None, None)
             self._session = None
-
-
-_KEYS = {"num_cpus": "CPU", "num_gpus": "GPU"}
