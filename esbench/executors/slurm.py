@@ -13,10 +13,22 @@ Settings (environment variables, read at submission):
 | `ESBENCH_SLURM_PARTITION` | `--partition` | the cluster's default |
 | `ESBENCH_SLURM_ACCOUNT` | `--account` | none |
 | `ESBENCH_SLURM_TIME_MIN` | `--time` (minutes, per task) | 1440 |
-| `ESBENCH_SLURM_GPUS_PER_TASK` | `--gpus-per-node` (one task per job) | 1 if a cell has `device: cuda`, else 0 |
-| `ESBENCH_SLURM_CPUS_PER_TASK` | `--cpus-per-task` | the largest `backend.cpu_threads` of the cells |
-| `ESBENCH_SLURM_MEM_GB` | `--mem` | the partition's default |
+| `ESBENCH_SLURM_GPUS_PER_TASK` | `--gpus-per-node` (one task per job) | GPU cells: their largest need; else 0 |
+| `ESBENCH_SLURM_GRES` | `--gres` (e.g. `gpu:a100:1`), instead of `--gpus-per-node` | none |
+| `ESBENCH_SLURM_CPUS_PER_TASK` | `--cpus-per-task` | GPU cells: 8 per GPU; else the largest `backend.cpu_threads` |
+| `ESBENCH_SLURM_MEM_GB` | `--mem` | GPU cells: 64 per GPU, more for large models; else the partition's |
 | `ESBENCH_SUBMITIT_CLUSTER` | | `slurm` when `sbatch` is on PATH |
+
+A GPU cell is decided on the login node, which usually has no GPU, from the spec alone (`wants_gpu`):
+`backend.device: cuda` is one, `cpu` is not, and `auto` is one unless the model is one of esbench's CPU models
+(`builtin:tiny`, a `pkg:` GGUF): every paper suite's cells ask for a GPU, the tiny suites' for none. It needs one
+GPU, or W + 1 with `--es-workers` W for a cell with an ES stage (`executors.gpus_needed`). Its CPU and memory
+defaults are sized for a vLLM cell: 8 CPUs per GPU (tokenisation, the engine's scheduler, data loading and the
+verifiers run on the host), and 64 GB per GPU, raised where the model's weights are already on this machine (a
+local folder, or the HF cache after `esbench prefetch`) to `weights × (engines + 3) + 16 GB`: loading the model,
+the fp32 master and a checkpoint of paper-bf16's simulated engines all pass through host memory (a checkpoint of
+Qwen2.5-7B's 8 engines holds 7 bf16 copies, about 107 GB). Qwen2.5-1.5B (3.1 GB of weights) gets 64 GB; 7B
+(15.2 GB) with 8 engines, 184 GB.
 
 `ESBENCH_SUBMITIT_CLUSTER=local` runs the tasks as subprocesses on this machine (submitit's LocalExecutor, with its
 signal handling and requeue), `debug` runs them in this process (and drops into pdb on an error): both for testing.
@@ -24,8 +36,7 @@ signal handling and requeue), `debug` runs them in this process (and drops into 
 All tasks of one array get the same resources, so a suite mixing GPU and CPU cells is best run in two passes
 (`--only`). A typical university cluster, GPU partition, from a login node:
 
-    export ESBENCH_SLURM_PARTITION=gpu ESBENCH_SLURM_ACCOUNT=my-lab ESBENCH_SLURM_GPUS_PER_TASK=1
-    export ESBENCH_SLURM_CPUS_PER_TASK=8 ESBENCH_SLURM_MEM_GB=64 ESBENCH_SLURM_TIME_MIN=720
+    export ESBENCH_SLURM_PARTITION=gpu ESBENCH_SLURM_ACCOUNT=my-lab ESBENCH_SLURM_TIME_MIN=720
     export HF_HOME=/scratch/$USER/hf                    # on the shared file system
     tmux new -s esbench 'esbench run suites/paper.yaml --out /scratch/$USER/runs --executor slurm'
 
@@ -48,6 +59,7 @@ task that times out more than submitit's `max_num_timeout` (3) times is reported
 from __future__ import annotations
 
 import logging
+import math
 import os
 import shutil
 import time
@@ -55,13 +67,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from esbench.executors import Failure, Handle, write_cell
+from esbench.executors import Failure, Handle, gpus_needed, write_cell
 from esbench.executors.remote import execution_env, run_cell_remote
 from esbench.spec import Cell
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TIME_MIN = 1440
+CPUS_PER_GPU = 8  # a GPU cell's host work: tokenisation, vLLM's scheduler, verifiers
+MEM_GB_PER_GPU = 64  # enough for a 1.5B-3B cell; larger local weights raise it (`mem_gb_for`)
+CPU_MODELS = ("builtin:", "pkg:")  # esbench's embedded tiny model and packaged GGUFs: CPU-sized
 POLL_S = {"slurm": 10.0}  # between status checks (the result files; sacct at most once a minute, by submitit)
 
 
@@ -101,20 +116,68 @@ def cluster() -> str:
     return "slurm"
 
 
+def wants_gpu(spec: dict[str, Any]) -> bool:
+    """Whether a cell asks Slurm for GPUs (module docstring): `cuda`, or `auto` on a model that is not CPU-sized."""
+    device = (spec.get("backend") or {}).get("device", "auto")
+    if device != "auto":
+        return device == "cuda"
+    return not str((spec.get("model") or {}).get("path", "")).startswith(CPU_MODELS)
+
+
+def weights_bytes(model: dict[str, Any]) -> int | None:
+    """The size of the model's weight files where they are on this machine (a local folder, or the HF cache's
+    snapshot of the pinned revision), else None. Read offline: nothing is downloaded."""
+    path = str(model.get("path", ""))
+    folder = Path(os.path.expanduser(path))
+    if not folder.is_dir():
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            found = try_to_load_from_cache(path, "config.json", revision=model.get("revision"))
+        except Exception:  # not a hub id, or no cache
+            return None
+        if not isinstance(found, str):
+            return None
+        folder = Path(found).parent
+    sizes = [f.stat().st_size for pattern in ("*.safetensors", "*.bin") for f in folder.glob(pattern)]
+    return sum(sizes) or None
+
+
+def mem_gb_for(spec: dict[str, Any], gpus: int) -> int:
+    """Host memory for a GPU cell (module docstring): 64 GB per GPU, or weights × (engines + 3) + 16 GB."""
+    size = weights_bytes(spec.get("model") or {})
+    if size is None:
+        return MEM_GB_PER_GPU * gpus
+    method = spec.get("method") or {}
+    stages = (method.get("config") or {}).get("stages") or [method]
+    engines = max(int((st.get("config") or {}).get("engines", 1)) for st in stages)
+    return max(MEM_GB_PER_GPU * gpus, math.ceil(size / 1e9 * (engines + 3)) + 16)
+
+
 def parameters(cells: list[Cell]) -> dict[str, Any]:
     """submitit AutoExecutor parameters from the ESBENCH_SLURM_* environment (module docstring) and the cells."""
     backends = [c.spec.get("backend") or {} for c in cells]
+    gpu_cells = [c.spec for c in cells if wants_gpu(c.spec)]
+    need = max((gpus_needed(spec) for spec in gpu_cells), default=0)
     gpus = _int_env("ESBENCH_SLURM_GPUS_PER_TASK")
+    gpus = need if gpus is None else gpus
     cpus = _int_env("ESBENCH_SLURM_CPUS_PER_TASK")
+    threads = max(int(b.get("cpu_threads", 1)) for b in backends)
     params: dict[str, Any] = {
         "name": "esbench",
         "timeout_min": _int_env("ESBENCH_SLURM_TIME_MIN") or DEFAULT_TIME_MIN,
         "tasks_per_node": 1,
         "nodes": 1,
-        "gpus_per_node": gpus if gpus is not None else int(any(b.get("device") == "cuda" for b in backends)),
-        "cpus_per_task": cpus if cpus is not None else max(int(b.get("cpu_threads", 1)) for b in backends),
+        "gpus_per_node": gpus,
+        "cpus_per_task": cpus if cpus is not None else max(threads, CPUS_PER_GPU * gpus),
     }
-    if (mem := _int_env("ESBENCH_SLURM_MEM_GB")) is not None:
+    if gres := os.environ.get("ESBENCH_SLURM_GRES", "").strip():  # clusters that count GPUs as generic resources
+        params.pop("gpus_per_node")
+        params["slurm_gres"] = gres
+    mem = _int_env("ESBENCH_SLURM_MEM_GB")
+    if mem is None and gpus and gpu_cells:
+        mem = max(mem_gb_for(spec, gpus) for spec in gpu_cells)
+    if mem is not None:
         params["mem_gb"] = mem
     if partition := os.environ.get("ESBENCH_SLURM_PARTITION", "").strip():
         params["slurm_partition"] = partition

@@ -90,12 +90,31 @@ def _cell_dir(tmp_path) -> tuple[Path, Path]:
     return cell / "cell.json", cell
 
 
-def test_docker_command_line_for_a_gpu_cell(tmp_path, monkeypatch):
+def _pin_env(tmp_path, monkeypatch, *unset: str) -> None:
+    """The host settings the command line depends on, fixed for an exact comparison."""
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     monkeypatch.setenv("ESBENCH_CACHE", str(tmp_path / "esb"))
-    for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "ESBENCH_DATASETS_DIR", "ESBENCH_ES_WORKERS"):
+    for k in ("LOGNAME", "USER"):
+        monkeypatch.setenv(k, "tester")
+    for k in ("HF_HUB_CACHE", "HF_DATASETS_CACHE", "ESBENCH_DATASETS_DIR", "ESBENCH_ES_WORKERS", *unset):
         monkeypatch.delenv(k, raising=False)
-    monkeypatch.delenv("ESBENCH_DOCKER_ARGS", raising=False)
+
+
+def _home_env(tmp_path) -> list[str]:
+    """The writable home and compile caches every runtime hands the cell (HOME itself: apptainer's `--home`)."""
+    home = f"{tmp_path}/esb/container-home"
+    return [
+        "--env", f"TORCHINDUCTOR_CACHE_DIR={home}/.cache/torchinductor",
+        "--env", "TQDM_DISABLE=1",
+        "--env", f"TRITON_CACHE_DIR={home}/.triton/cache",
+        "--env", "USER=tester",
+        "--env", f"VLLM_CACHE_ROOT={home}/.cache/vllm",
+        "--env", f"XDG_CACHE_HOME={home}/.cache",
+    ]  # fmt: skip
+
+
+def test_docker_command_line_for_a_gpu_cell(tmp_path, monkeypatch):
+    _pin_env(tmp_path, monkeypatch, "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "ESBENCH_DOCKER_ARGS")
     image = "ghcr.io/esbench/esbench@sha256:" + "a" * 64
     rt = ContainerRuntime.from_options("docker", image, [f"{tmp_path}/models:/models:ro"])
     cell_json, cell = _cell_dir(tmp_path)
@@ -110,9 +129,10 @@ def test_docker_command_line_for_a_gpu_cell(tmp_path, monkeypatch):
         "--volume", f"{tmp_path}/models:/models:ro",
         "--env", f"ESBENCH_CACHE={tmp_path}/esb",
         "--env", f"HF_HOME={tmp_path}/hf",
+        "--env", f"HOME={tmp_path}/esb/container-home",
         "--env", "OMP_NUM_THREADS=1",
         "--env", "PYTHONUNBUFFERED=1",
-        "--env", "TQDM_DISABLE=1",
+        *_home_env(tmp_path),
         "--workdir", runs,
         image,
         "run-cell", str(cell_json), "--out", str(cell),
@@ -121,11 +141,8 @@ def test_docker_command_line_for_a_gpu_cell(tmp_path, monkeypatch):
 
 
 def test_apptainer_command_line_for_a_gpu_cell_and_its_digest(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.setenv("ESBENCH_CACHE", str(tmp_path / "esb"))
+    _pin_env(tmp_path, monkeypatch, "HF_DATASETS_OFFLINE", "ESBENCH_APPTAINER_ARGS")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    for k in ("HF_DATASETS_OFFLINE", "ESBENCH_DATASETS_DIR", "ESBENCH_ES_WORKERS", "ESBENCH_APPTAINER_ARGS"):
-        monkeypatch.delenv(k, raising=False)
     sif = tmp_path / "esbench.sif"
     sif.write_bytes(b"SIF image bytes")
     rt = ContainerRuntime.from_options("apptainer", str(sif))
@@ -137,6 +154,7 @@ def test_apptainer_command_line_for_a_gpu_cell_and_its_digest(tmp_path, monkeypa
     runs = str(cell.parent)
     assert rt.command(cell_json, cell, gpu=True, digest=digest) == [
         "apptainer", "run", "--cleanenv", "--containall", "--writable-tmpfs",
+        "--home", f"{tmp_path}/esb/container-home",
         "--nv",
         "--bind", f"{runs}:{runs}:rw",
         "--bind", f"{tmp_path}/hf:{tmp_path}/hf:rw",
@@ -146,7 +164,7 @@ def test_apptainer_command_line_for_a_gpu_cell_and_its_digest(tmp_path, monkeypa
         "--env", "HF_HUB_OFFLINE=1",
         "--env", "OMP_NUM_THREADS=1",
         "--env", "PYTHONUNBUFFERED=1",
-        "--env", "TQDM_DISABLE=1",
+        *_home_env(tmp_path),
         str(sif),
         "run-cell", str(cell_json), "--out", str(cell),
         "--container-image", str(sif), "--container-digest", digest,
@@ -229,3 +247,132 @@ def test_leaderboard_reproduce_reruns_a_submitted_cell_in_the_image(tmp_path, ti
     assert any(line.startswith("run --rm") for line in log.read_text().splitlines())
     (record,) = (tmp_path / "o").glob("*/record.json")
     assert json.loads(record.read_text())["provenance"]["container_image_digest"] == "sha256:" + "d" * 64
+
+
+def test_each_runtime_passes_only_the_gpus_the_cell_was_given(tmp_path, monkeypatch):
+    """`--jobs N` gives each GPU cell its own device; the runtime must pass that one, not all of them (where every
+    vLLM engine would start on GPU 0 and the third fail its free-memory check)."""
+    _pin_env(tmp_path, monkeypatch, "ESBENCH_DOCKER_ARGS", "ESBENCH_PODMAN_ARGS", "ESBENCH_APPTAINER_ARGS")
+    cell_json, cell = _cell_dir(tmp_path)
+    digest = "sha256:" + "a" * 64
+    sif = tmp_path / "e.sif"
+    sif.write_bytes(b"x")
+
+    def cmd(kind: str, image: str, devices: list[str]) -> list[str]:
+        return ContainerRuntime.from_options(kind, image).command(cell_json, cell, True, digest, devices)
+
+    docker = cmd("docker", "img", ["1"])
+    assert docker[docker.index("--gpus") + 1] == "device=1" and "all" not in docker
+    two = cmd("docker", "img", ["0", "2"])
+    assert two[two.index("--gpus") + 1] == '"device=0,2"'  # docker's quoting for a list of devices
+    podman = cmd("podman", "img", ["1"])
+    assert [podman[i + 1] for i, a in enumerate(podman) if a == "--device"] == ["nvidia.com/gpu=1"]
+    apptainer = cmd("apptainer", str(sif), ["1"])
+    assert "--nv" in apptainer and "CUDA_VISIBLE_DEVICES=1" in apptainer  # --nv binds all; CUDA sees GPU 1 only
+    assert "--gpus" not in cmd("docker", "img", [])  # an empty list: no GPU (a CPU cell on a GPU host)
+
+
+def test_cache_variables_set_on_the_host_are_mounted(tmp_path, monkeypatch):
+    """A hub cache outside HF_HOME is passed in and mounted; one inside it rides on HF_HOME's mount."""
+    _pin_env(tmp_path, monkeypatch, "ESBENCH_DOCKER_ARGS")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "scratch" / "hub"))
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf" / "datasets"))
+    (tmp_path / "mirror").mkdir()
+    monkeypatch.setenv("ESBENCH_DATASETS_DIR", str(tmp_path / "mirror"))
+    cell_json, cell = _cell_dir(tmp_path)
+    line = ContainerRuntime.from_options("docker", "img").command(cell_json, cell, False, "sha256:" + "a" * 64)
+    volumes = [line[i + 1] for i, a in enumerate(line) if a == "--volume"]
+    assert volumes[1:] == [
+        f"{tmp_path}/hf:{tmp_path}/hf:rw",
+        f"{tmp_path}/scratch/hub:{tmp_path}/scratch/hub:rw",
+        f"{tmp_path}/esb:{tmp_path}/esb:rw",
+        f"{tmp_path}/mirror:{tmp_path}/mirror:ro",
+    ]
+    assert f"HF_HUB_CACHE={tmp_path}/scratch/hub" in line and (tmp_path / "esb" / "container-home").is_dir()
+
+
+FAKE_GPU_DOCKER = """#!/bin/sh
+# A stand-in for docker on a 2-GPU host: logs its argv; `run` waits until two runs have started (so both hold a GPU
+# at once), then exits 0 without running anything.
+echo "$@" >> "{log}"
+if [ "$1" = "image" ]; then echo '["img@sha256:{digest}"] sha256:{digest}'; exit 0; fi
+touch "{barrier}/$$"
+i=0
+while [ "$(ls "{barrier}" | wc -l)" -lt 2 ] && [ "$i" -lt 400 ]; do sleep 0.05; i=$((i+1)); done
+"""
+
+
+def test_concurrent_gpu_cells_in_containers_get_distinct_devices(tmp_path, monkeypatch):
+    """`--runtime docker --jobs 2` on 2 GPUs: each container is given one device, and not the same one."""
+    import io
+
+    from executor_helpers import suite_cells
+    from rich.console import Console
+
+    from esbench.executors import drive, local
+    from esbench.records import cell_dir
+    from esbench.spec import Cell
+
+    _pin_env(tmp_path, monkeypatch, "ESBENCH_DOCKER_ARGS", "CUDA_VISIBLE_DEVICES")
+    monkeypatch.setattr(local, "gpu_count", lambda: 2)
+    fake, log, barrier = tmp_path / "bin" / "docker", tmp_path / "docker.log", tmp_path / "started"
+    fake.parent.mkdir()
+    barrier.mkdir()
+    fake.write_text(FAKE_GPU_DOCKER.format(log=log, digest="e" * 64, barrier=barrier))
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    suite, cells = suite_cells(tmp_path)
+    base = next(c for c in cells if c.spec["method"]["kind"] == "base")
+    two = [Cell({**base.spec, "seed": s}, base.labels) for s in range(2)]
+    executor = local.LocalExecutor(jobs=2, runtime=ContainerRuntime.from_options("docker", "img"))
+    console = Console(file=io.StringIO(), width=120)
+    assert drive(executor, two, lambda c: cell_dir(tmp_path / "o", suite, c.id), console) == []
+    runs = [line.split() for line in log.read_text().splitlines() if line.startswith("run ")]
+    assert sorted(r[r.index("--gpus") + 1] for r in runs) == ["device=0", "device=1"]
+
+
+def test_a_uid_without_a_passwd_entry_gets_a_writable_home_in_podman(hostenv_image, tmp_path, monkeypatch):
+    """The runtime's own command line, run as a uid that neither the host's nor the image's /etc/passwd knows:
+    podman then sets HOME=/, and vLLM's ~/.cache/vllm and Triton's cache would fail with PermissionError on a GPU.
+    With the home esbench gives it, $HOME/.cache, VLLM_CACHE_ROOT and TRITON_CACHE_DIR are writable (and persist
+    in the esbench cache)."""
+    import pwd
+
+    from esbench.executors import container
+
+    uid = 54321
+    with pytest.raises(KeyError):
+        pwd.getpwuid(uid)
+    monkeypatch.setenv("ESBENCH_PODMAN_ARGS", PODMAN_ARGS)
+    monkeypatch.setenv("ESBENCH_PODMAN_RUN_ARGS", PODMAN_RUN_ARGS)
+    monkeypatch.setenv("ESBENCH_CONTAINER_NETWORK", "none")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("ESBENCH_CACHE", str(tmp_path / "esb"))
+    monkeypatch.setattr(container.os, "getuid", lambda: uid)
+    monkeypatch.setattr(container.os, "getgid", lambda: uid)
+    cell_json, cell = _cell_dir(tmp_path)
+    mounts = [Mount.parse(m) for m in _host_env_mounts()]
+    rt = ContainerRuntime.from_options("podman", hostenv_image, [f"{m.source}:ro" for m in mounts])
+    line = rt.command(cell_json, cell, False, "sha256:" + "0" * 64)
+    monkeypatch.undo()  # the host side as before; the caller "is" uid 54321, so its folders are that uid's
+    for d in (tmp_path / "esb", tmp_path / "hf", cell.parent):
+        for p in (d, *d.rglob("*")):
+            os.chown(p, uid, uid)
+    probe = (
+        "import getpass, os, pathlib\n"
+        "for v in ('HOME', 'VLLM_CACHE_ROOT', 'TRITON_CACHE_DIR', 'TORCHINDUCTOR_CACHE_DIR'):\n"
+        "    d = pathlib.Path(os.environ[v]) / ('.cache/probe' if v == 'HOME' else 'probe')\n"
+        "    d.mkdir(parents=True, exist_ok=True)\n"
+        "    (d / 'ok').write_text(v)\n"
+        "print(os.getuid(), os.environ['HOME'], getpass.getuser())\n"
+    )
+    at = line.index(hostenv_image)
+    cmd = [*line[:at], "--entrypoint", sys.executable, hostenv_image, "-c", probe]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr
+    home = tmp_path / "esb" / "container-home"
+    assert out.stdout.split()[:2] == [str(uid), str(home)]  # and getpass.getuser() worked
+    assert (home / ".cache" / "probe" / "ok").read_text() == "HOME"
+    assert (home / ".cache" / "vllm" / "probe" / "ok").read_text() == "VLLM_CACHE_ROOT"
+    assert (home / ".triton" / "cache" / "probe" / "ok").read_text() == "TRITON_CACHE_DIR"
+    assert (home / ".cache" / "vllm" / "probe" / "ok").stat().st_uid == uid

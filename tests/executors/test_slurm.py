@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from pathlib import Path
 
 import pytest
 from executor_helpers import assert_same_cell, run_with, signal_after_first_checkpoint, suite_cells
@@ -17,6 +18,8 @@ SETTINGS = (
     "ESBENCH_SLURM_CPUS_PER_TASK",
     "ESBENCH_SLURM_ACCOUNT",
     "ESBENCH_SLURM_MEM_GB",
+    "ESBENCH_SLURM_GRES",
+    "ESBENCH_ES_WORKERS",
 )
 
 
@@ -109,7 +112,7 @@ def test_sbatch_parameters_come_from_the_environment(tmp_path, monkeypatch):
         "gpus_per_node": 0,
         "cpus_per_task": 1,
     }
-    for name, value in zip(SETTINGS, ("gpu", "720", "1", "8", "my-lab", "64"), strict=True):
+    for name, value in zip(SETTINGS[:6], ("gpu", "720", "1", "8", "my-lab", "64"), strict=True):
         monkeypatch.setenv(name, value)
     got = parameters(cells)
     assert got["slurm_partition"] == "gpu" and got["slurm_account"] == "my-lab" and got["timeout_min"] == 720
@@ -124,3 +127,87 @@ def test_sbatch_parameters_come_from_the_environment(tmp_path, monkeypatch):
         cluster()
     monkeypatch.setenv("ESBENCH_SUBMITIT_CLUSTER", "debug")
     assert cluster() == "debug"
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _sbatch(params: dict, folder: Path, monkeypatch) -> str:
+    """The sbatch script submitit writes for these parameters (its Slurm executor, minus the check for srun)."""
+    import submitit
+    from submitit.slurm import slurm
+
+    monkeypatch.setattr(slurm.SlurmExecutor, "affinity", staticmethod(lambda: 1))
+    executor = submitit.AutoExecutor(folder=folder, cluster="slurm")
+    executor.update_parameters(**params)  # rejects a name submitit does not know
+    return executor._executor._make_submission_file_text("python -m esbench", "uid")
+
+
+def test_paper_cells_ask_slurm_for_a_gpu_and_the_tiny_cells_do_not(tmp_path, monkeypatch):
+    """paper-easy-smoke is `device: auto` on Qwen2.5-1.5B: each task asks for a GPU, 8 CPUs and 64 GB (its weights are
+    not on this machine, so the per-GPU default), and 3 GPUs with `--es-workers 2` (the driver's replica and 2
+    workers). The tiny suite's cells (`builtin:tiny`, also `auto`) ask for none and keep the partition's memory."""
+    from esbench.executors.slurm import parameters
+    from esbench.spec import load_suite
+
+    for name in SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache: the weights' size is unknown
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    paper = load_suite(REPO / "suites" / "paper-easy-smoke.yaml").cells()
+    assert {c.spec["backend"]["device"] for c in paper} == {"auto"}
+    got = parameters(paper)
+    assert (got["gpus_per_node"], got["cpus_per_task"], got["mem_gb"]) == (1, 8, 64)
+    text = _sbatch(got, tmp_path / "sub", monkeypatch)
+    for line in ("--gpus-per-node=1", "--cpus-per-task=8", "--mem=64GB", "--time=1440"):
+        assert f"#SBATCH {line}\n" in text, text
+
+    es = [c for c in paper if c.labels["method"] in ("es", "grpo-es")]
+    monkeypatch.setenv("ESBENCH_ES_WORKERS", "2")
+    got = parameters(es)
+    assert (got["gpus_per_node"], got["cpus_per_task"], got["mem_gb"]) == (3, 24, 192)  # the driver's + 2
+    base = [c for c in paper if c.labels["method"] == "base"]
+    assert parameters(base)["gpus_per_node"] == 1  # no ES stage: the workers do not apply
+
+    monkeypatch.delenv("ESBENCH_ES_WORKERS")
+    _, tiny = suite_cells(tmp_path)
+    got = parameters(tiny)
+    assert (got["gpus_per_node"], got["cpus_per_task"], "mem_gb" in got) == (0, 1, False)
+    assert "#SBATCH --gpus-per-node=0\n" in _sbatch(got, tmp_path / "sub2", monkeypatch)
+    from esbench.spec import Cell
+
+    cuda = [Cell({**c.spec, "backend": {**c.spec["backend"], "device": "cuda"}}, c.labels) for c in tiny]
+    assert parameters(cuda)["gpus_per_node"] == 1  # asked for explicitly
+    cpu = [Cell({**c.spec, "backend": {**c.spec["backend"], "device": "cpu"}}, c.labels) for c in paper]
+    assert parameters(cpu)["gpus_per_node"] == 0
+
+    monkeypatch.setenv("ESBENCH_SLURM_GRES", "gpu:a100:1")
+    got = parameters(paper)
+    assert got["slurm_gres"] == "gpu:a100:1" and "gpus_per_node" not in got
+    assert "#SBATCH --gres=gpu:a100:1\n" in _sbatch(got, tmp_path / "sub3", monkeypatch)
+
+
+def test_memory_grows_with_local_weights_and_simulated_engines(tmp_path, monkeypatch):
+    """A model whose weights are on this machine sizes the task's memory: 15.2 GB of weights (Qwen2.5-7B's) with
+    paper-bf16's 8 engines need 15.2 x 11 + 16 = 184 GB; a 1.5B model's 3.1 GB stay at the 64 GB floor."""
+    from esbench.executors.slurm import parameters
+    from esbench.spec import Cell, load_suite
+
+    for name in SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    paper = load_suite(REPO / "suites" / "paper-easy-smoke.yaml").cells()
+    (es,) = [c for c in paper if c.labels["method"] == "es"]
+    assert es.spec["method"]["config"]["engines"] == 8
+
+    def local_model(name: str, size: int) -> Cell:
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "config.json").write_text("{}")
+        with open(folder / "model.safetensors", "wb") as f:
+            f.truncate(size)  # sparse: the size is what counts
+        return Cell({**es.spec, "model": {**es.spec["model"], "path": str(folder)}}, es.labels)
+
+    assert parameters([local_model("7b", 15_200_000_000)])["mem_gb"] == 184
+    assert parameters([local_model("1.5b", 3_100_000_000)])["mem_gb"] == 64
+    monkeypatch.setenv("ESBENCH_SLURM_MEM_GB", "500")
+    assert parameters([local_model("7b-again", 15_200_000_000)])["mem_gb"] == 500  # overridable
