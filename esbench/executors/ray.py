@@ -26,8 +26,8 @@ asking more GPUs than the cluster has fails naming both (an autoscaler may add n
 
 Retries: `max_retries` (default 2) re-runs a task whose worker or node died (OOM kill, preemption of a spot node).
 The re-run resumes from the cell's checkpoints under `work/`: `run-cell` resumes by itself, and the cell's Lease
-(`.lease`) is stale once its holder's pid is gone on this host or it stopped being renewed (ttl 120 s). A retry that
-lands on another node while the lease has not yet expired waits for it (inside the cell's `records.Lease`, up to its ttl).
+(`.lease`) is taken over at once when its holder on this host is gone or a zombie. A retry that lands on another
+node while the lease is still renewed waits for it (inside the cell's `records.Lease`, up to its ttl of 120 s).
 Exceptions raised by the cell itself are not retried (they would fail again): the cell is reported failed with
 "Type: message" and the remote traceback goes to its `error.log`.
 
