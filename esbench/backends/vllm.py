@@ -19,6 +19,8 @@ What differs, and why:
 - Sampling is seeded per prompt (`SamplingParams.seed`), so a prompt's samples do not depend on how prompts are
   batched. With no seed given, one is drawn from torch's global generator, which the runner seeds: a run repeats.
 - `cast` to another dtype restarts the engine at that dtype (vLLM's dtype is fixed per engine).
+- GRPO trains with the engine shut down (`engine_released`) and restarts it from the trained weights: TRL's
+  colocated engine must not share this process's vLLM state with an idle one.
 - Prefix caching is always off: the weights change between calls.
 
 vLLM runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, as the authors pin it: multiprocessing changes bf16
@@ -93,6 +95,14 @@ def _real_stdout() -> Iterator[None]:
         sys.stdout = saved
 
 
+def shutdown_llm(llm) -> None:
+    """Shut an in-process `vllm.LLM` down now, rather than whenever it is collected: its engine core frees the
+    memory and destroys the process's vLLM distributed state, so that another engine can start in this process."""
+    with contextlib.suppress(Exception):
+        llm.llm_engine.engine_core.shutdown()
+    gc.collect()
+
+
 def derive_seed(seed: int, index: int) -> int:
     """Per-prompt sampling seed: prompt `index` of a call seeded `seed` (63-bit, stable across platforms)."""
     from esbench.es.weights import member_seed
@@ -145,17 +155,50 @@ class VLLMBackend:
 
     def _stop_engine(self) -> None:
         if self.llm is not None:
-            with contextlib.suppress(Exception):
-                self.llm.llm_engine.engine_core.shutdown()
+            shutdown_llm(self.llm)
             self.llm = None
-            gc.collect()
 
     def close(self) -> None:
         self._stop_engine()
         shutil.rmtree(self._folder, ignore_errors=True)
 
+    @contextlib.contextmanager
+    def engine_released(self) -> Iterator[Path]:
+        """Shut the engine down while another vLLM engine runs in this process, then start it again from the HF copy,
+        so that it comes back holding whatever the caller trained into `.model` meanwhile (GRPO).
+
+        Yields a folder with the current weights, config and tokenizer for the other engine to load (TRL's colocate
+        engine): the cell's own weights at its dtype, not a hub revision. While released, `.model` is the only copy,
+        `generate` runs on it (training probes), `cast` casts it, and the engine starts at its dtype on the way out.
+
+        Why not keep this engine idle beside the other: two engines in one process share vLLM's process-global state.
+        The first one shut down tears down the torch.distributed groups under the other
+        (`cleanup_dist_env_and_memory`), and an idle engine keeps its GPU share (`ESBENCH_VLLM_MEMORY`: weights and KV
+        cache) from training. Why not vLLM's sleep mode (`enable_sleep_mode`, `sleep`, `wake_up`): it frees the
+        memory but keeps the shared state, needs the CuMem allocator in every engine, and vLLM refuses it on CPU
+        ("Sleep mode is not supported on current platform"). A stop and a start work on both, as `cast` does.
+        """
+        if self.llm is None:
+            raise RuntimeError("the vLLM engine is already released")
+        self._sync_hf()
+        self._stop_engine()
+        self._owner = "hf"
+        folder = self._folder / "weights"
+        shutil.rmtree(folder, ignore_errors=True)
+        self.hf.save(folder)
+        try:
+            yield folder
+        finally:
+            gc.collect()  # the other engine and the trainer's state are gone: their memory must be free for the check
+            if self._device == "cuda":
+                torch.cuda.empty_cache()
+            self._start_engine()
+            self._owner = "both"
+
     def _rpc(self, method: str, *args: Any) -> Any:
         """Call a worker-extension method; the engine has one worker (tensor parallelism is refused at setup)."""
+        if self.llm is None:
+            raise RuntimeError(f"{method}: the vLLM engine is released to another engine (`engine_released`)")
         results = self.llm.collective_rpc(method, args=args)
         return results[0]
 
@@ -187,8 +230,9 @@ class VLLMBackend:
         return self.hf.model
 
     def release_model(self) -> None:
-        """The caller is done changing `.model` in place (GRPO after training): push its weights into the engine
-        once, and stop pushing them before every engine use (on a 7B model that is a 15 GB copy per call)."""
+        """The caller is done changing `.model` in place: push its weights into the engine once, and stop pushing
+        them before every engine use (on a 7B model that is a 15 GB copy per call). GRPO trains inside
+        `engine_released` instead, whose restart loads the trained weights."""
         if self._owner == "hf":
             self._sync_engine()
             self._owner = "both"
@@ -199,7 +243,7 @@ class VLLMBackend:
 
     @property
     def dtype(self) -> torch.dtype:
-        return self._engine_dtype
+        return self._engine_dtype if self.llm is not None else self.hf.dtype  # released: the dtype it restarts at
 
     # ---------------------------------------------------------------------------------------------------------
     # decoding
@@ -243,6 +287,10 @@ class VLLMBackend:
             return [[g[0]] * n for g in self.generate(prompts, max_new_tokens=max_new_tokens, stop=stop)]
         if not prompts:
             return []
+        if self.llm is None:  # released (`engine_released`): the HF copy, the only one, answers meanwhile
+            return self.hf.generate(
+                prompts, n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed, stop=stop
+            )
         self._sync_engine()
         stop = [s for s in stop if s]
         if temperature > 0 and seed is None:
@@ -307,8 +355,12 @@ class VLLMBackend:
     def cast(self, dtype: torch.dtype) -> None:
         if dtype == self.dtype:
             return
+        if self.llm is None:  # released: the engine starts at the new dtype when it comes back
+            self.hf.cast(dtype)
+            return
         self._sync_engine()
         self._sync_hf()
+        self._rpc("esbench_editor_drop")  # its fp32 copies must not hold memory through the new engine's start
         self._stop_engine()
         self.hf.cast(dtype)
         self._start_engine()
@@ -349,16 +401,27 @@ class VLLMBackend:
 
 
 class EngineEditor:
-    """The `WeightEditor` interface, run inside the engine's worker (`vllm_worker.ESWorkerExtension`)."""
+    """The `WeightEditor` interface, run inside the engine's worker (`vllm_worker.ESWorkerExtension`).
+
+    It lives and dies with the engine it was made on: a `cast` restarts the engine, and the editor's fp32 master or
+    shadow and its simulated engines go with it. Take what is needed from it (`ideal_state`) before a cast.
+    """
 
     def __init__(self, backend: VLLMBackend, precision: str, noise: str = "torch"):
         self.backend = backend
         self.precision = precision
         self.noise = noise
         self.key = next(_EDITOR_KEYS)
+        self._engine = backend.setup  # this engine start's own object: a restart replaces it
         self._numel = backend._rpc("esbench_editor_new", self.key, precision, noise)
 
     def _call(self, op: str, *args: Any) -> Any:
+        if self.backend.setup is not self._engine:
+            raise RuntimeError(
+                f"ES editor {op}(): the vLLM engine it was made on was restarted (a cast, now "
+                f"{str(self.backend.dtype).removeprefix('torch.')}), and the editor went with it; take what you "
+                "need from an editor before casting, or make a new one"
+            )
         self.backend._engine_edited()
         return self.backend._rpc("esbench_editor", self.key, op, *args)
 

@@ -166,6 +166,10 @@ class ESWorkerExtension:
         self._esb_editor = (key, WeightEditor(self._esb_views, precision, noise))  # type: ignore[arg-type]
         return self._esb_editor[1].numel()
 
+    def esbench_editor_drop(self) -> None:
+        """Free the editor (its fp32 copies and simulated engines) before this engine is stopped for a restart."""
+        self._esb_editor = None
+
     def esbench_editor(self, key: int, op: str, *args: Any) -> Any:
         """Run one `WeightEditor` operation, checking the weights at rest before it and recording them after it.
 
@@ -174,7 +178,9 @@ class ESWorkerExtension:
         one record per update. In `paper-bf16` a restore leaves a residual, so each restore is recorded and each
         perturbation checked: two per member.
         """
-        if self._esb_editor is None or self._esb_editor[0] != key:
+        if self._esb_editor is None:
+            raise RuntimeError("no ES editor on this engine: it was dropped before a restart (a cast)")
+        if self._esb_editor[0] != key:
             raise RuntimeError("this ES editor was replaced by a newer one on the same engine")
         editor = self._esb_editor[1]
         exact = editor.precision == "fp32-master"

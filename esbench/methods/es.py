@@ -280,6 +280,7 @@ class ES(Method):
         reward = reward.with_values(cfg.reward_correct, cfg.reward_format)
         backend = ctx.backend
         bf16 = cfg.precision in BF16_MODES
+        entry_dtype = backend.dtype  # restored after training: a later stage (GRPO) sees the cell's dtype
         if bf16:
             backend.cast(torch.bfloat16)
         editor = backend.weight_editor(cfg.precision, cfg.noise)
@@ -331,7 +332,10 @@ class ES(Method):
         finally:
             pop.close()
         ctx.maybe_probe(budget, final=True)
-        if bf16:
-            backend.cast(torch.float32)  # exact widening; evaluation sees the bf16 weights' values
+        # the editor lives with the engine: on vLLM a cast restarts it and the editor (with the fp32 shadow and the
+        # simulated engines) is gone, so take what the record needs first, on the CPU (off the GPU for the restart)
+        ideal = {n: t.cpu() for n, t in editor.ideal_state().items()}
+        if backend.dtype != entry_dtype:
+            backend.cast(entry_dtype)  # exact widening of the bf16 weights (fp32 cells); none for bf16 cells
         summary = {"precision": cfg.precision + (f", {cfg.engines} engines" if cfg.engines > 1 else "")}
-        return TrainResult(updates=budget, ideal=editor.ideal_state(), summary=summary, **counters)
+        return TrainResult(updates=budget, ideal=ideal, summary=summary, **counters)

@@ -30,12 +30,19 @@ advantages differ by the constant factor √(G/(G−1)) (1.069 at G = 8), apart 
 Every advantage of every group is scaled alike, so the direction of each gradient is unchanged; only its length is,
 by 6.9 %, which AdamW's per-coordinate normalisation removes up to its ε and which the gradient clip (when it binds)
 sees. esbench keeps TRL's code path rather than patching TRL (ADR 0006); `test_grpo` pins the factor.
+
+On the vLLM backend on a GPU, TRL's colocated vLLM engine rolls out (`trl_vllm_rollouts`). It loads the cell's own
+weights from a local folder, never a hub revision (`rollout_weights`); the backend's engine is shut down while TRL
+trains and restarts from the trained weights (`VLLMBackend.engine_released`); and TRL's seeding is redone after its
+engine start, which reseeds the process with 0 (`reseed_after_engine_start`). `tests/methods/test_grpo_vllm.py`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -201,39 +208,46 @@ class GRPO(Method):
             def on_step_end(self, args, state, control, **kw):
                 ctx.maybe_probe(state.global_step, final=state.global_step == budget)
 
-        # verl's mixed precision: a half-precision model trains as an fp32 master with autocast compute in its dtype.
-        # Pure-bf16 AdamW at lr 1e-6 would round most updates away (a GRPO row that sits on Base).
-        compute = str(backend.dtype).removeprefix("torch.")
-        if compute != "float32":
-            backend.cast(torch.float32)
         use_cpu = backend.device.type == "cpu"
-        # TRL's vLLM mode cannot run on vLLM's CPU build: its weight sync (`load_weights`) fails on the repacked
-        # CPU linear layers (AttributeError: 'Parameter' object has no attribute 'weight_loader'). On CPU the
-        # rollouts are TRL's HF generation, under the backend's neutral decoding, whatever the backend.
-        rollout_engine = "vllm" if backend.kind == "vllm" and not use_cpu else "hf"
-        args = grpo_config(
-            config, budget, str(out), ctx.seed, use_cpu=use_cpu, compute=compute, vllm_rollouts=rollout_engine == "vllm"
-        )
-        model.train()
-        trainer = GRPOTrainer(
-            model=model,
-            reward_funcs=verifier_reward,
-            args=args,
-            train_dataset=dataset,
-            processing_class=tokenizer,
-            callbacks=[Log()],
-        )
-        from transformers.trainer_callback import PrinterCallback
+        rollout_engine = "vllm" if trl_vllm_rollouts(backend) else "hf"
+        # A vLLM backend's own engine is shut down while TRL trains (and, on a GPU, while TRL's colocated engine
+        # lives) and restarted afterwards from the trained weights; see `VLLMBackend.engine_released`.
+        released = getattr(backend, "engine_released", None)
+        with released() if released is not None else contextlib.nullcontext() as weights:
+            # verl's mixed precision: a half-precision model trains as an fp32 master with autocast compute in its
+            # dtype. Pure-bf16 AdamW at lr 1e-6 would round most updates away (a GRPO row that sits on Base).
+            compute = str(backend.dtype).removeprefix("torch.")
+            if compute != "float32":
+                backend.cast(torch.float32)
+            args = grpo_config(
+                config, budget, str(out), ctx.seed, use_cpu, compute=compute, vllm_rollouts=rollout_engine == "vllm"
+            )
+            model.train()
+            with rollout_weights(model, weights if rollout_engine == "vllm" else None):
+                trainer = GRPOTrainer(
+                    model=model,
+                    reward_funcs=verifier_reward,
+                    args=args,
+                    train_dataset=dataset,
+                    processing_class=tokenizer,
+                    callbacks=[Log()],
+                )
+            if rollout_engine == "vllm":
+                reseed_after_engine_start(args.seed)
+            from transformers.trainer_callback import PrinterCallback
 
-        trainer.remove_callback(PrinterCallback)  # metrics go to train.jsonl, not stdout
-        with backend.neutral_decoding():  # TRL's rollouts must not inherit the folder's generation_config.json
-            trainer.train(resume_from_checkpoint=str(last) if last else None)
-        if trainer.model is not model:
-            raise RuntimeError("TRL returned a different model object; the backend would not see the trained weights")
-        model.eval()
-        release = getattr(backend, "release_model", None)  # vLLM: the engine takes the trained weights back, once
-        if release is not None:
-            release()
+            trainer.remove_callback(PrinterCallback)  # metrics go to train.jsonl, not stdout
+            try:
+                with backend.neutral_decoding():  # TRL's rollouts must not inherit the folder's generation_config.json
+                    trainer.train(resume_from_checkpoint=str(last) if last else None)
+                if trainer.model is not model:
+                    raise RuntimeError(
+                        "TRL returned a different model object; the backend would not see the trained weights"
+                    )
+            finally:
+                close_trl_engine(trainer)
+                del trainer  # its optimizer state too, before the backend's engine starts again
+            model.eval()
         per_update = config.ppo_minibatch_prompts * config.num_generations
         counters["rollouts"] = budget * per_update
         counters["generated_tokens"] = int(
@@ -244,6 +258,58 @@ class GRPO(Method):
             "rollout_engine": rollout_engine,
         }
         return TrainResult(updates=budget, summary=summary, **counters)
+
+
+def trl_vllm_rollouts(backend) -> bool:
+    """Whether TRL's colocated vLLM engine generates the rollouts: a cell on the vLLM backend on a GPU.
+
+    TRL's vLLM mode cannot run on vLLM's CPU build: its weight sync (`load_weights`) fails on the repacked CPU linear
+    layers (AttributeError: 'Parameter' object has no attribute 'weight_loader'). On CPU the rollouts are TRL's HF
+    generation, under the backend's neutral decoding, whatever the backend.
+    """
+    return backend.kind == "vllm" and backend.device.type != "cpu"
+
+
+@contextlib.contextmanager
+def rollout_weights(model, folder: Path | None) -> Iterator[None]:
+    """While TRL builds its colocated engine, point `model.name_or_path` at `folder`, the cell's current weights.
+
+    TRL 1.16 builds it as `LLM(model=model.name_or_path, ...)` (`VLLMGeneration._init_vllm`), with no revision: for a
+    model loaded from the hub that is the hub's `main` revision, not the cell's pinned one (and on an offline node
+    after `esbench prefetch`, an error). Its weight sync then pushes `model.named_parameters()` by name, which the
+    folder, saved from this same model, matches.
+    """
+    if folder is None:
+        yield
+        return
+    saved = model.name_or_path
+    model.name_or_path = str(folder)
+    try:
+        yield
+    finally:
+        model.name_or_path = saved
+
+
+def reseed_after_engine_start(seed: int) -> None:
+    """Redo TRL's own seeding (`set_seed(seed, device_specific=True)` in `GRPOTrainer.__init__`) after its engine
+    started: every vLLM engine start seeds `random`, `np.random` and torch with the engine's seed (TRL passes 0), and
+    vLLM's CUDA sampler draws the seed of each unseeded request (all of TRL's) from `np.random`, so every cell seed
+    would sample the same rollouts."""
+    from accelerate.utils import set_seed
+
+    set_seed(seed, device_specific=True)
+
+
+def close_trl_engine(trainer) -> None:
+    """Shut TRL's colocated engine down (TRL leaves it to the garbage collector), so that the backend's own engine
+    can start in this process again; see `VLLMBackend.engine_released`."""
+    generation = getattr(trainer, "vllm_generation", None)
+    llm = getattr(generation, "llm", None)
+    if llm is not None:
+        from esbench.backends.vllm import shutdown_llm
+
+        generation.llm = None
+        shutdown_llm(llm)
 
 
 COMPLETE = "esbench-complete.json"

@@ -13,6 +13,7 @@ import pytest
 from run_helpers import only_record, start_run
 
 from esbench.cli import main
+from esbench.records import _proc_stat
 from esbench.spec import load_suite
 
 ES_SUITE = """\
@@ -57,7 +58,10 @@ def test_kill_minus_9_then_resume_gives_identical_weights_and_metrics(tmp_path, 
         time.sleep(0.05)
     assert state is not None, "no checkpoint appeared"
     os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    # not reaped until the re-run is over: the killed holder stays a zombie, its pid (in the cell's lease) still there
+    while _proc_stat(proc.pid)[0] != "Z":
+        time.sleep(0.01)
+    assert json.loads((state.parents[2] / ".lease").read_text())["pid"] == proc.pid
     assert not list(killed.glob("es-small/*/record.json"))
     plan = subprocess.run(
         [sys.executable, "-m", "esbench.cli", "plan", str(es_suite), "--out", str(killed), "--json"],
@@ -66,8 +70,9 @@ def test_kill_minus_9_then_resume_gives_identical_weights_and_metrics(tmp_path, 
     )
     assert json.loads(plan.stdout)[0]["status"] == "partial"
 
-    proc = start_run(es_suite, killed)
-    assert proc.wait(timeout=600) == 0, proc.stdout.read()
+    rerun = start_run(es_suite, killed)  # at once: the zombie's lease is taken over, not waited for
+    assert rerun.wait(timeout=600) == 0, rerun.stdout.read()
+    assert proc.wait() == -signal.SIGKILL
     got, got_dir = only_record(killed)
     assert got["provenance"]["final_weights_sha256"] == ref["provenance"]["final_weights_sha256"]
     assert got["metrics"] == ref["metrics"]
