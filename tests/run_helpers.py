@@ -51,3 +51,27 @@ eval:
 
 def small_suite(name: str, budget: int = 2, es_extra: str = "", eval_extra: str = "") -> str:
     return SMALL_SUITE.format(name=name, budget=budget, es_extra=es_extra, eval_extra=eval_extra)
+
+
+FAKE_DOCKER = """#!/bin/sh
+# A stand-in for docker: logs its argv; `image inspect` reports a digest; `run` runs the arguments after the image
+# with this machine's esbench (what the image's entry point would do).
+echo "$@" >> "{log}"
+if [ "$1" = "image" ]; then echo '["ghcr.io/esbench/esbench@sha256:{digest}"] sha256:{image_id}'; exit 0; fi
+while [ "$#" -gt 0 ] && [ "$1" != "{image}" ]; do shift; done
+shift
+exec "{python}" -m esbench.cli "$@"
+"""
+
+
+def fake_docker(tmp_path, monkeypatch, image: str, digit: str) -> Path:
+    """`docker` on PATH reporting the registry digest sha256:<digit x 64>; returns the file its calls are logged to."""
+    fake = tmp_path / "bin" / "docker"
+    fake.parent.mkdir()
+    log = tmp_path / "docker.log"
+    fake.write_text(
+        FAKE_DOCKER.format(log=log, digest=digit * 64, image_id="c" * 64, image=image, python=sys.executable)
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    return log

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from executor_helpers import assert_same_cell
-from run_helpers import small_suite
+from run_helpers import fake_docker, small_suite
 
 from esbench.executors.container import ContainerRuntime, Mount
 
@@ -171,35 +171,11 @@ def test_apptainer_command_line_for_a_gpu_cell_and_its_digest(tmp_path, monkeypa
     ]  # fmt: skip
 
 
-FAKE_DOCKER = """#!/bin/sh
-# A stand-in for docker: logs its argv; `image inspect` reports a digest; `run` runs the arguments after the image
-# with this machine's esbench (what the image's entry point would do).
-echo "$@" >> "{log}"
-if [ "$1" = "image" ]; then echo '["ghcr.io/esbench/esbench@sha256:{digest}"] sha256:{image_id}'; exit 0; fi
-while [ "$#" -gt 0 ] && [ "$1" != "{image}" ]; do shift; done
-shift
-exec "{python}" -m esbench.cli "$@"
-"""
-
-
-def _fake_docker(tmp_path, monkeypatch, image: str, digit: str) -> Path:
-    """`docker` on PATH reporting the registry digest sha256:<digit x 64>; returns the file its calls are logged to."""
-    fake = tmp_path / "bin" / "docker"
-    fake.parent.mkdir()
-    log = tmp_path / "docker.log"
-    fake.write_text(
-        FAKE_DOCKER.format(log=log, digest=digit * 64, image_id="c" * 64, image=image, python=sys.executable)
-    )
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
-    return log
-
-
 def test_a_cell_runs_through_a_docker_binary_and_records_what_it_reports(tmp_path, tiny_model_dir, monkeypatch):
     from esbench.cli import main
 
     image = "ghcr.io/esbench/esbench:cpu"
-    log = _fake_docker(tmp_path, monkeypatch, image, "b")
+    log = fake_docker(tmp_path, monkeypatch, image, "b")
     suite = tmp_path / "d.yaml"
     suite.write_text(small_suite("docker"))
     assert (
@@ -232,21 +208,6 @@ def test_a_mount_must_name_a_source():
     assert Mount.parse("/a:/b") == Mount("/a", "/b", False)
     with pytest.raises(ValueError, match="SRC"):
         Mount.parse(":ro")
-
-
-def test_leaderboard_reproduce_reruns_a_submitted_cell_in_the_image(tmp_path, tiny_model_dir, monkeypatch):
-    """`esbench leaderboard reproduce --runtime docker`: the committed submission's base cell, re-run through the
-    (fake) docker binary, is bit-identical to the submitted one."""
-    from esbench.cli import main
-
-    image = "ghcr.io/esbench/esbench:cpu"
-    log = _fake_docker(tmp_path, monkeypatch, image, "d")
-    submission = REPO / "leaderboard" / "submissions" / "tiny-random-search"
-    args = ["leaderboard", "reproduce", str(submission), "--only", "*/base/*", "--exact", "--out", str(tmp_path / "o")]
-    assert main([*args, "--runtime", "docker", "--image", image, "--root", str(REPO / "leaderboard")]) == 0
-    assert any(line.startswith("run --rm") for line in log.read_text().splitlines())
-    (record,) = (tmp_path / "o").glob("*/record.json")
-    assert json.loads(record.read_text())["provenance"]["container_image_digest"] == "sha256:" + "d" * 64
 
 
 def test_each_runtime_passes_only_the_gpus_the_cell_was_given(tmp_path, monkeypatch):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from lb_helpers import cells, copy_as_seed, edit_json, esbench, reforge, rehash
+from run_helpers import fake_docker
 
 from esbench.leaderboard.release import load_release
 from esbench.leaderboard.reproduce import reproduce
@@ -20,6 +21,38 @@ def test_genuine_cells_reproduce_bit_identically(genuine, tmp_path):
     for c in checks:
         assert c.status == "identical" and c.weights_identical and c.samples_identical, c.to_json()
         assert all(m["status"] == "reproduced" and m["rerun"] == m["submitted"] for m in c.metrics)
+
+
+def test_a_genuine_cell_reruns_bit_identically_in_the_image(genuine, tmp_path, monkeypatch):
+    """`esbench leaderboard reproduce --runtime docker`: a base cell of a submission made on this machine, re-run
+    through a (fake) docker binary, is bit-identical, and the record names the digest the runtime reported. (The
+    committed tiny-random-search submission is not used: its embedded model was built on another CPU, whose kernels
+    build other weights, so only the rule applies to it here; see the next test.)"""
+    from esbench.cli import main
+
+    root, sub, _, env = genuine
+    image = "ghcr.io/esbench/esbench:cpu"
+    log = fake_docker(tmp_path, monkeypatch, image, "d")
+    args = ["leaderboard", "reproduce", str(sub), "--only", "*/base/b0/s0", "--exact", "--out", str(tmp_path / "o")]
+    assert main([*args, "--runtime", "docker", "--image", image, "--root", str(root)]) == 0
+    assert any(line.startswith("run --rm") for line in log.read_text().splitlines())
+    (record,) = (tmp_path / "o").glob("*/record.json")
+    assert json.loads(record.read_text())["provenance"]["container_image_digest"] == "sha256:" + "d" * 64
+
+
+def test_a_rerun_from_other_starting_weights_says_so(genuine, tmp_path):
+    """A re-run whose model was built differently (another CPU builds other tiny weights) is told apart from a
+    re-run of the same weights that diverged: the reason names both starting states."""
+    from esbench.leaderboard.reproduce import compare_records
+
+    _, sub, _, _ = genuine
+    submitted = json.loads((cells(sub)["tiny/-/base/b0/s0"] / "record.json").read_text())
+    rerun = json.loads(json.dumps(submitted))
+    rule = load_release(sub.parent.parent)["rule"]
+    assert compare_records(submitted, rerun, rule).reasons == []
+    rerun["provenance"]["model"]["state_sha256"] = "f" * 64
+    (reason,) = compare_records(submitted, rerun, rule).reasons
+    assert "started from other weights" in reason and "ffffffffffff" in reason
 
 
 def test_outputs_forged_toward_the_gold_fail_the_rerun(tampered, tmp_path):

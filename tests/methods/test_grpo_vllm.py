@@ -15,6 +15,8 @@ by the reseed).
 
 from __future__ import annotations
 
+import json
+import zlib
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -94,14 +96,17 @@ def colocate(monkeypatch):
     return use
 
 
-class _LengthReward:
-    """Varies within every group, so each update moves the weights whatever the model knows."""
+class _TextReward:
+    """Differs between any two different responses (a CRC of the text), so every group whose samples differ has a
+    non-zero advantage whatever the model knows. A length reward does not: the real tiny model never stops within
+    `max_completion_length`, so each response is 16 characters, every group's reward std is 0 and GRPO's loss and
+    gradient are exactly 0."""
 
-    def with_values(self, correct: float, formatted: float) -> _LengthReward:
+    def with_values(self, correct: float, formatted: float) -> _TextReward:
         return self
 
     def __call__(self, response: str, gold: str) -> float:
-        return len(response) / 16
+        return zlib.crc32(response.encode()) / 2**32
 
 
 def _backend(tiny_model_dir: Path, dtype: str) -> VLLMBackend:
@@ -124,7 +129,7 @@ def _train(backend, workdir: Path, seed: int, rows, updates: int = 1):
     task = get_task("tiny_arith")
     log = workdir / "train.jsonl"
     ctx = TrainContext(seed=seed, workdir=workdir, log_path=log, prompt=task.prompt, backend=backend)
-    return cls().train(rows, _LengthReward(), updates, cfg, ctx)
+    return cls().train(rows, _TextReward(), updates, cfg, ctx)
 
 
 def test_trl_engine_loads_the_cells_weights_offline_while_the_backends_engine_is_down(
@@ -159,6 +164,10 @@ def test_trl_engine_loads_the_cells_weights_offline_while_the_backends_engine_is
         trained = backend.parameters()  # read from the restarted engine
         hf = backend.hf.parameters()
         assert all(torch.equal(trained[k], hf[k]) for k in trained), "the engine holds the trained weights"
+        logged = [
+            row for line in (tmp_path / "train.jsonl").read_text().splitlines() if "update" in (row := json.loads(line))
+        ]
+        assert len(logged) == 2 and any(row["reward_std"] > 0 for row in logged), "a rollout gave GRPO an advantage"
         assert any(not torch.equal(trained[k], start[k].float()) for k in trained), "GRPO changed the weights"
         assert backend.generate(["1+1="], max_new_tokens=4)[0][0].tokens > 0
     finally:
