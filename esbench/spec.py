@@ -27,9 +27,11 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -72,6 +74,12 @@ class DatasetSpec(_Strict):
         description="Training reward: the task's verifier (the one evaluation uses), or `paper`, the authors' "
         "artifact's math rule (last box, MATH normalisation, string equality; math tasks only).",
     )
+    reward_version: int | None = Field(
+        None,
+        description="Filled in for `reward: paper`, not written by hand: the rule's version "
+        "(esbench.rewards.PAPER_REWARD_VERSION). It is part of the cell id, so cells trained under an earlier rule "
+        "have other ids; `verifier` cells record none and keep theirs.",
+    )
 
     @field_validator("task")
     @classmethod
@@ -81,13 +89,40 @@ class DatasetSpec(_Strict):
         get_task(v)
         return v
 
+    @model_validator(mode="before")
+    @classmethod
+    def _stamp_paper_version(cls, data: Any) -> Any:
+        """A suite never writes the version. A cell.json from before it (rule 1) is read as the current rule; its
+        id, the hash of what it stores, still differs from that of a current cell."""
+        if isinstance(data, dict) and data.get("reward") == "paper" and data.get("reward_version") is None:
+            from esbench.rewards import PAPER_REWARD_VERSION
+
+            return {**data, "reward_version": PAPER_REWARD_VERSION}
+        return data
+
     @model_validator(mode="after")
     def _paper_reward_is_for_math(self) -> DatasetSpec:
+        from esbench.rewards import PAPER_REWARD_VERSION
         from esbench.tasks import get_task
 
         if self.reward == "paper" and get_task(self.task).verifier != "math":
             raise ValueError(f"reward: `paper` is the artifact's math reward; task {self.task} is not a math task")
+        if self.reward == "paper" and self.reward_version != PAPER_REWARD_VERSION:
+            raise ValueError(
+                f"reward_version {self.reward_version}: this esbench implements version {PAPER_REWARD_VERSION} "
+                "of the paper reward only"
+            )
+        if self.reward != "paper" and self.reward_version is not None:
+            raise ValueError("reward_version belongs to `reward: paper`")
         return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """No `reward_version` key where there is none, so `verifier` cells keep the ids they had before it."""
+        out = handler(self)
+        if out.get("reward_version") is None:
+            out.pop("reward_version", None)
+        return out
 
 
 def _registered(name: str | None) -> str | None:
