@@ -133,7 +133,8 @@ TASKS: dict[str, TaskDef] = {
     # the paper's tasks (arXiv 2608.27351): the family's system prompt through the chat template (App. G.4)
     "gsm8k": _paper("gsm8k", "math", MATH_SYSTEM_PROMPT),
     "deepscaler": _paper("deepscaler", "math", MATH_SYSTEM_PROMPT),
-    "aime24": _paper("aime24", "math", MATH_SYSTEM_PROMPT),
+    # 2: math-ai/aime24 at a pinned commit, the paper's collection (1: HuggingFaceH4/aime_2024)
+    "aime24": _paper("aime24", "math", MATH_SYSTEM_PROMPT, version=2),
     "aime25": _paper("aime25", "math", MATH_SYSTEM_PROMPT),
     # 2: revision pinned (1 loaded the hub's default branch)
     "amc23": _paper("amc23", "math", MATH_SYSTEM_PROMPT, version=2),

@@ -11,9 +11,10 @@ same `datasets.load_dataset` call (files named after their split: `test.jsonl`, 
 tests point it at hand-written fixture rows in each dataset's real schema.
 
 Revisions: a 40-hex commit where one could be confirmed from public pins (other projects' loaders, download
-scripts and cache paths that name the same commit for the same dataset; this machine has no hub access); `None`
-marks a source whose full commit was not found (see `UNPINNED`); it loads the hub's default branch, and its
-records carry the row hash, so a change upstream shows as a different eval set.
+scripts and cache paths that name the same commit for the same dataset; this machine has no hub access). `None`
+marks a source whose full commit was not found (see `UNPINNED`): it loads the commit its default branch points at
+when it is first read (`resolve_default_branch`), and the record names that commit (`resolved_revision`) beside
+the row hash, so a change upstream shows as a different eval set.
 """
 
 from __future__ import annotations
@@ -22,12 +23,17 @@ import hashlib
 import json
 import os
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 ENV_DIR = "ESBENCH_DATASETS_DIR"
+
+
+class UnpinnedSource(RuntimeError):
+    """A hub dataset without a pinned revision was asked for from the hub."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,7 @@ class HubSource:
             "hub_id": self.path,
             "config": self.name,
             "revision": self.revision,
+            **({"resolved_revision": r} if (r := RESOLVED.get((self.path, self.name))) and not local else {}),
             "split": self.splits.get(split),
             "local_mirror": str(local) if local else None,
         }
@@ -66,7 +73,34 @@ def load_raw(src: HubSource, split: str):
     local = src.local_dir()
     if local is not None:
         return datasets.load_dataset(str(local), split=hub_split)
-    return datasets.load_dataset(src.path, src.name, revision=src.revision, split=hub_split)
+    revision = src.revision or resolve_default_branch(src)
+    return datasets.load_dataset(src.path, src.name, revision=revision, split=hub_split)
+
+
+RESOLVED: dict[tuple[str, str | None], str] = {}
+"""Commits that unpinned sources resolved to in this process: provenance records them (`resolved_revision`)."""
+
+
+def resolve_default_branch(src: HubSource) -> str:
+    """The commit an unpinned source's default branch points at now (from the local cache when the hub is off),
+    loaded by that commit and recorded, so a record names exactly the eval set it used even where no pin is known.
+    A published pin is still the fix: the default branch can move between two runs (the row hash shows it)."""
+    import warnings
+
+    from huggingface_hub import snapshot_download
+
+    try:
+        folder = snapshot_download(src.path, repo_type="dataset")
+    except Exception as e:
+        raise UnpinnedSource(
+            f"{src.path} has no pinned revision in esbench.tasks.hub.SOURCES and its default branch could not be "
+            f"resolved ({type(e).__name__}: {e}). Run `esbench prefetch` where the hub is reachable, or point "
+            f"{ENV_DIR} at a local mirror holding {src.path}/{src.name or ''}."
+        ) from e
+    sha = Path(folder).name  # huggingface_hub's snapshots/<commit>
+    RESOLVED[(src.path, src.name)] = sha
+    warnings.warn(f"{src.path} is not pinned: loading its default branch at commit {sha} (recorded)", stacklevel=2)
+    return sha
 
 
 def load_rows(src: HubSource, split: str, size: int | None = None) -> list[dict[str, str]]:
@@ -80,12 +114,14 @@ def load_rows(src: HubSource, split: str, size: int | None = None) -> list[dict[
 
 
 def _gsm8k(row, i):
-    from esbench.tasks.verifiers import hash_answer
+    """The gold as the paper's artifact takes it: the first `#### <number>`, commas stripped, nothing else (`3.50`
+    and `-0` stay as written: `reward: paper` compares strings; the evaluation verifiers normalise numbers)."""
+    from esbench.tasks.verifiers import _HASH  # the same `#### <number>` pattern as hash_answer
 
-    gold = hash_answer(row["answer"])
-    if gold is None:
+    m = _HASH.search(row["answer"])
+    if m is None:
         raise ValueError(f"GSM8K row {i} has no '#### <number>' answer")
-    return {"id": f"gsm8k-{i}", "question": row["question"].strip(), "answer": gold}
+    return {"id": f"gsm8k-{i}", "question": row["question"].strip(), "answer": m.group(1).replace(",", "")}
 
 
 def _math(question_key: str, id_key: str | None = None):
@@ -101,6 +137,18 @@ def _math(question_key: str, id_key: str | None = None):
         }
 
     return norm
+
+
+def _boxed_solution(row, i):
+    """math-ai/aime24: the gold is the `solution` column, written as `\\boxed{N}`; the box's content is the
+    answer (a plain value is kept as it is)."""
+    solution = str(row["solution"]).strip()
+    m = re.fullmatch(r"\\boxed\s*\{(.*)\}", solution, flags=re.S)  # the whole field is one box
+    answer = (m.group(1) if m else solution).strip()
+    if not answer:
+        raise ValueError(f"AIME 2024 row {i} has an empty solution")
+    rid = row.get("id")
+    return {"id": str(rid if rid is not None else i), "question": str(row["problem"]).strip(), "answer": answer}
 
 
 LETTERS = "ABCDEFGHIJ"
@@ -187,12 +235,17 @@ SOURCES: dict[str, HubSource] = {
         {"train": "train"},
         _math("problem"),
     ),
+    # math-ai/aime24, the collection the hard setting's AIME25 and AMC23 come from (issue 23: HuggingFaceH4/aime_2024
+    # is not the paper's source; neither the paper's text nor its artifact names one, see configs/aime24.yaml). The
+    # commit is the one a public loader pins beside math-ai/aime25 563bb840 and math-ai/amc23 80815d37 (the commits
+    # pinned here for those two): test-00000-of-00001.parquet, 30 rows, fields id/problem/solution/url. Not checked
+    # against the hub from this machine.
     "aime24": HubSource(
-        "HuggingFaceH4/aime_2024",
+        "math-ai/aime24",
         None,
-        "2fe88a2f1091d5048c0f36abc874fb997b3dd99a",
-        {"test": "train"},
-        _math("problem", "id"),
+        "83a7f387baaa524a8bda0022eac0541582297103",
+        {"test": "test"},
+        _boxed_solution,
     ),
     "aime25": HubSource(
         "math-ai/aime25", None, "563bb8404243c5f09de6ec262f2db674fe5bce9b", {"test": "test"}, _math("problem", "id")
