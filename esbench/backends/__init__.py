@@ -6,9 +6,9 @@ hands to the method (`TrainContext.backend`), the evaluation and the analyses. T
 
 - device placement (`device: auto` picks CUDA when present) and the compute dtype;
 - decoding with an explicit, complete sampler (`NEUTRAL_SAMPLER`): temperature, top_p and seed, with top-k off,
-  repetition penalty 1, no n-gram blocking and no minimum length, stop ids from the tokenizer and the model config,
-  and nothing read from the model folder's `generation_config.json` (Qwen2.5 ships a top-k and a repetition
-  penalty that the paper's vLLM decoding does not use);
+  repetition penalty 1, no n-gram blocking and no minimum length, one stop set (`stop_token_ids`: the EOS ids of
+  the tokenizer, the model config and the model folder's `generation_config.json`), and nothing else read from
+  that file (Qwen2.5 ships a top-k and a repetition penalty that the paper's vLLM decoding does not use);
 - token scoring (entropy), the ES weight editor, parameters, the state hash and saving;
 - an lm-eval `LM` adapter, so `simple_evaluate` samples through the same sampler as training.
 
@@ -42,7 +42,7 @@ SAMPLER_SETTINGS: dict[str, Any] = {
     "repetition_penalty": 1.0,
     "no_repeat_ngram_size": 0,
     "min_new_tokens": 0,
-    "generation_config_json": "ignored",
+    "generation_config_json": "eos_token_id only",  # its sampling defaults are ignored
 }
 
 KINDS: dict[str, str] = {"hf": "esbench.backends.hf:HFBackend", "vllm": "esbench.backends.vllm:VLLMBackend"}
@@ -61,6 +61,7 @@ class Backend(Protocol):
 
     kind: str
     tokenizer: Any
+    stop_token_ids: list[int]  # `stop_token_ids(model, tokenizer)`, computed once when the backend is built
 
     @property
     def device(self) -> torch.device: ...
@@ -175,6 +176,27 @@ def _warn_cpu_torch_once() -> None:
         "backend.device is 'auto' and this host has an NVIDIA GPU, but torch is a CPU-only build: running on the CPU",
         stacklevel=3,
     )
+
+
+def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
+    """The token ids that end a generation on every backend (and GRPO's rollouts), sorted.
+
+    The union of the tokenizer's `eos_token_id`, config.json's and the model's declared ones in generation_config.json
+    (`model.generation_config`, which transformers loads from that file; each an int or a list). vLLM adds the
+    file's ids to every request on its own (`SamplingParams.update_from_generation_config`), and Qwen2.5-Instruct
+    declares `<|endoftext|>` there beside `<|im_end|>`: an HF backend that ignored them would run on where vLLM and
+    the paper's artifact stop. Only these ids are read from the file, never its sampling defaults.
+    """
+    generation_config = getattr(model, "generation_config", None)
+    sources = (
+        getattr(tokenizer, "eos_token_id", None),
+        getattr(model.config, "eos_token_id", None),
+        getattr(generation_config, "eos_token_id", None),
+    )
+    ids: set[int] = set()
+    for source in sources:
+        ids.update(int(i) for i in (source if isinstance(source, list | tuple) else [source]) if i is not None)
+    return sorted(ids)
 
 
 def backend_class(kind: str) -> type:

@@ -3,7 +3,8 @@
 Decoding is explicit and complete (`esbench.backends.NEUTRAL_SAMPLER`). transformers fills every setting left unset
 in a passed `GenerationConfig` from `model.generation_config` (the model folder's generation_config.json) and then
 from its global defaults, which include `top_k=50`. So each call sets every setting that changes the token
-distribution, and runs with `model.generation_config` swapped for an empty one: nothing from the folder leaks in.
+distribution, and runs with `model.generation_config` swapped for an empty one: nothing from the folder leaks in but
+its EOS ids, which join the stop set (`esbench.backends.stop_token_ids`, read once when the backend is built).
 """
 
 from __future__ import annotations
@@ -15,18 +16,16 @@ from typing import Any
 
 import torch
 
-from esbench.backends import NEUTRAL_SAMPLER, SAMPLER_SETTINGS, DevicePolicy, Generation, chunks, resolve_device
+from esbench.backends import (
+    NEUTRAL_SAMPLER,
+    SAMPLER_SETTINGS,
+    DevicePolicy,
+    Generation,
+    chunks,
+    resolve_device,
+    stop_token_ids,
+)
 from esbench.es.weights import Precision, WeightEditor
-
-
-def stop_ids(model, tokenizer) -> list[int]:
-    """EOS ids from the tokenizer and the model config (never from generation_config.json), in a stable order."""
-    ids: list[int] = []
-    for source in (tokenizer.eos_token_id, getattr(model.config, "eos_token_id", None)):
-        for i in source if isinstance(source, list | tuple) else [source]:
-            if i is not None and i not in ids:
-                ids.append(int(i))
-    return ids
 
 
 def cut_at_stop(text: str, stop: Sequence[str]) -> str:
@@ -63,6 +62,7 @@ class HFBackend:
         self.model = model.to(resolved)
         self.model.eval()
         self.tokenizer = tokenizer
+        self.stop_token_ids = stop_token_ids(model, tokenizer)  # before any `neutral_decoding` swap
         self.batch_size = batch_size  # sequences per generate call (prompts per call = batch_size // n)
 
     @property
@@ -109,7 +109,7 @@ class HFBackend:
             sequence_bias=None,
             renormalize_logits=False,
             remove_invalid_values=False,
-            eos_token_id=stop_ids(self.model, tok),
+            eos_token_id=list(self.stop_token_ids),
             pad_token_id=tok.pad_token_id,
             bos_token_id=tok.bos_token_id,
         )
@@ -391,4 +391,5 @@ class HFBackend:
             "dtype": str(self.dtype).removeprefix("torch."),
             "cpu_threads": torch.get_num_threads() if device.type == "cpu" else None,
             "sampler": NEUTRAL_SAMPLER,
+            "stop_token_ids": list(self.stop_token_ids),
         }

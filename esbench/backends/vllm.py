@@ -2,8 +2,11 @@
 
 What it keeps from the HF backend, so that a cell's numbers do not depend on the backend beyond kernel rounding:
 - the decoding contract `neutral/1`: every `SamplingParams` field that changes the distribution is explicit (top-k
-  and min-p off, no penalties, no minimum length), stop ids come from the tokenizer and config.json, and the model
-  folder's generation_config.json is ignored (`generation_config="vllm"`);
+  and min-p off, no penalties, no minimum length), and the model folder's generation_config.json gives no sampling
+  defaults (`generation_config="vllm"`);
+- the stop set (`esbench.backends.stop_token_ids`, the HF backend's own), passed as `stop_token_ids`. vLLM adds the
+  tokenizer's EOS and the folder's declared EOS ids to every request itself (even with `generation_config="vllm"`);
+  both are in the set, so the engine stops on exactly it;
 - prompts go in as token ids tokenised exactly as the HF backend does (no special tokens added), and texts come out
   decoded from the token ids and cut at the stop strings with lm-eval's own post-processing;
 - the ES noise: members are perturbed inside the engine's worker by `esbench.backends.vllm_worker`, through views
@@ -44,7 +47,7 @@ from typing import Any
 import torch
 
 from esbench.backends import DevicePolicy, Generation, resolve_device
-from esbench.backends.hf import HFBackend, cut_at_stop, stop_ids
+from esbench.backends.hf import HFBackend, cut_at_stop
 
 WORKER_EXTENSION = "esbench.backends.vllm_worker.ESWorkerExtension"
 # The engine's share of the GPU: the rest holds the HF copy (entropy, and GRPO's fp32 master, gradients and Adam
@@ -242,6 +245,10 @@ class VLLMBackend:
         return torch.device(self._device)
 
     @property
+    def stop_token_ids(self) -> list[int]:
+        return self.hf.stop_token_ids
+
+    @property
     def dtype(self) -> torch.dtype:
         return self._engine_dtype if self.llm is not None else self.hf.dtype  # released: the dtype it restarts at
 
@@ -265,7 +272,7 @@ class VLLMBackend:
             max_tokens=max_new_tokens,
             seed=seed,
             stop=list(stop) or None,
-            stop_token_ids=stop_ids(self.hf.model, self.tokenizer),
+            stop_token_ids=list(self.stop_token_ids),
             include_stop_str_in_output=True,  # the text is re-decoded from token ids and cut as lm-eval does
             ignore_eos=False,
             skip_special_tokens=True,
