@@ -20,6 +20,7 @@ from esbench.metrics.entropy import Probe
 from esbench.tasks import get_task
 
 if TYPE_CHECKING:
+    from esbench.methods import TrainResult
     from esbench.spec import EvalSpec
 
 log = logging.getLogger(__name__)
@@ -49,9 +50,58 @@ def build_probe(ev: EvalSpec, seed: int, tokenizer=None) -> tuple[Probe | None, 
     return probe, spec.every
 
 
-def parameter_drift(backend, start: dict[str, torch.Tensor], ideal: dict[str, torch.Tensor] | None) -> dict[str, Any]:
+def parameter_drift(backend, start: dict[str, torch.Tensor], result: TrainResult, dtype: str) -> dict[str, Any]:
+    """Table 4's drift of a trained cell: of the weights a user would save (the backend's, cast to the suite's
+    `dtype`) against θ₀ as loaded, and beside it (`master`) that of the fp32 master, where one exists.
+
+    The paper's GRPO figures are bf16 checkpoints (max |Δθ| 2⁻¹², 2⁻¹⁰: whole bf16 steps), so the saved weights are
+    the ones compared with it. A master exists when the backend still holds fp32 weights that `dtype` cannot
+    represent exactly (GRPO's mixed precision), or when ES ran `fp32-master` (its master is `result.ideal`); ES's
+    paper-bf16 shadow is no one's weights, and stays what it was: the ideal behind `rounding_share`.
+    """
     end = backend.parameters()
-    return drift(start, end, ideal={k: ideal[k] for k in start} if ideal is not None else None)
+    saved = getattr(torch, dtype)
+    master = None
+    if saved != torch.float32:
+        if next(iter(end.values())).dtype == torch.float32 and not _exact_at(end, saved):
+            master = end
+        elif result.ideal is not None and str(result.summary.get("precision", "")).startswith("fp32-master"):
+            master = result.ideal
+    ideal = master if master is not None else result.ideal
+    out = {**drift(start, end, ideal=_subset(ideal, start), dtype=saved), "weights": f"saved:{dtype}"}
+    if master is not None:
+        out["master"] = {**drift(start, master), "weights": "master:float32"}
+    return out
+
+
+def checkpoint_drift(method: dict[str, Any], dtype: str, model: torch.nn.Module) -> dict[str, Any] | None:
+    """A `checkpoint` cell's drift against the model it was trained from (its config's `base`), both at `dtype`:
+    Table 4's DeepSeek GRPO row is the released checkpoint against DeepSeek-R1-Distill-Qwen-1.5B. None without a base.
+    """
+    from esbench.metrics.drift import unique_parameters
+    from esbench.models import load_model
+
+    base = method["config"].get("base") if method["kind"] == "checkpoint" else None
+    if not base:
+        return None
+    loaded = load_model(**base, dtype=dtype)
+    start, end = unique_parameters(loaded.model), unique_parameters(model)
+    shapes = {n: tuple(t.shape) for n, t in start.items()}
+    if shapes != {n: tuple(t.shape) for n, t in end.items()}:
+        missing = sorted(set(shapes) ^ set(end)) or [n for n in shapes if shapes[n] != tuple(end[n].shape)]
+        raise ValueError(f"checkpoint base {base['path']} does not match the checkpoint's tensors: {missing[:5]}")
+    out = {**drift(start, end, dtype=getattr(torch, dtype)), "weights": f"saved:{dtype}"}
+    out["against"] = {k: loaded.provenance.get(k) for k in ("path", "revision", "subfolder", "state_sha256")}
+    return out
+
+
+def _exact_at(weights: dict[str, torch.Tensor], dtype: torch.dtype) -> bool:
+    """Whether every tensor survives a round trip through `dtype` (fp32 weights that are a widened bf16 model)."""
+    return all(torch.equal(t, t.to(dtype).to(t.dtype)) for t in weights.values())
+
+
+def _subset(weights: dict[str, torch.Tensor] | None, like: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
+    return None if weights is None else {k: weights[k] for k in like}
 
 
 @torch.no_grad()

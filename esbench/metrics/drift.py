@@ -4,7 +4,8 @@ Paper: arXiv 2608.27351, Table 4 (relative whole-model L2 distance ‖θ−θ₀
 |Δθ| coordinates by group; magnitude thresholding), Tables 11–12 (functional sparsity: keeping only |Δθ| > τ, Eq. 16),
 and its bf16 discussion: public ES code restores perturbations by bf16 subtraction, so part of the reported drift
 is rounding. `bf16_steps` tells whether a coordinate's change is a whole number of bf16 steps, the signature of
-a rounding artefact rather than a learned change.
+a rounding artefact rather than a learned change. The paper's own GRPO figures are bf16 checkpoints, so `drift(...,
+dtype=)` measures the weights as saved at a dtype (the runner's `drift`), an fp32 master's without it (`drift.master`).
 """
 
 from __future__ import annotations
@@ -63,19 +64,23 @@ def drift(
     end: Mapping[str, torch.Tensor],
     ideal: Mapping[str, torch.Tensor] | None = None,
     top: int = 100,
+    dtype: torch.dtype | None = None,
 ) -> dict:
-    """Relative L2 drift, per-group shares and the `top` largest |Δθ| coordinates.
+    """Relative L2 drift, per-group shares and the `top` largest |Δθ| coordinates, computed in fp32.
 
-    `ideal` (optional) is the fp32 trajectory the update rule intended (ES's fp32 master or shadow); then the
-    rounding residual θ − ideal is reported as a share of the squared drift.
+    `ideal` (optional) is the fp32 trajectory the update rule intended (an fp32 master, or ES's bf16 shadow); then
+    the rounding residual θ − ideal is reported as a share of the squared drift.
+    `dtype` (optional): θ₀ and θ are first cast to it, one tensor at a time, so the drift is that of the weights as
+    saved at that dtype (an fp32 master's bf16 checkpoint: Table 4's max |Δθ| are whole bf16 steps).
     """
     sq_delta = sq_base = sq_round = 0.0
     groups = {g: {"params": 0, "sq_delta": 0.0, "sq_base": 0.0} for g in GROUPS}
     heap: list[tuple[float, str, int, float, float, float]] = []  # min-heap (|Δ|, name, index, θ₀, Δ, steps)
     changed = total = 0
     for name, t0 in start.items():
-        a = t0.to(torch.float32).flatten()
-        d = end[name].to(a.device, torch.float32).flatten() - a  # θ₀ is a CPU copy; the weights may be on a GPU
+        a = _at(t0, dtype).to(torch.float32).flatten()
+        e = _at(end[name], dtype).to(a.device, torch.float32).flatten()  # θ₀ is on the CPU; θ may be on a GPU
+        d = e - a
         g = groups[group_of(name)]
         g["params"] += a.numel()
         ds, bs = float(d.pow(2).sum()), float(a.pow(2).sum())
@@ -86,11 +91,7 @@ def drift(
         changed += int((d != 0).sum())
         total += d.numel()
         if ideal is not None:
-            sq_round += float(
-                (end[name].to(a.device, torch.float32).flatten() - ideal[name].to(a.device, torch.float32).flatten())
-                .pow(2)
-                .sum()
-            )
+            sq_round += float((e - ideal[name].to(a.device, torch.float32).flatten()).pow(2).sum())
         k = min(top, d.numel())
         vals, idx = d.abs().topk(k)
         steps = bf16_steps(a[idx], a[idx] + d[idx]).tolist()
@@ -128,6 +129,10 @@ def drift(
     if ideal is not None:
         out["rounding_share"] = sq_round / sq_delta if sq_delta else 0.0
     return out
+
+
+def _at(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    return t if dtype is None else t.to(dtype)
 
 
 def step_multiple_share(rows: Iterable[dict], tol: float = 1e-3) -> float:

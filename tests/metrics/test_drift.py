@@ -79,3 +79,21 @@ def test_threshold_is_eq16_ablating_changed_coordinates_up_to_tau():
     assert stats["changed_pct"] == pytest.approx(80.0) and stats["dropped_pct"] == pytest.approx(60.0)
     full = drift(start, end)["relative_l2"]
     assert 0 < stats["relative_l2"] < full
+
+
+def test_drift_at_a_saved_dtype_is_that_of_the_cast_weights():
+    """`dtype`: the drift of the weights as a bf16 checkpoint holds them, against θ₀ as loaded in bf16 (Table 4's
+    GRPO figures): an fp32 change below half a bf16 step is no change, and max |Δθ| is a whole number of steps."""
+    theta0 = torch.tensor([1.0, 0.75, 3.0, 0.5, 0.3])  # bf16(0.3) = 0.30078125: θ₀ as loaded differs from fp32
+    master = theta0 + torch.tensor([2**-10, 2**-8 * 0.6, -(2**-6) * 1.2, 0.0, 1e-5])
+    start, end = {"model.norm.weight": theta0.to(torch.bfloat16)}, {"model.norm.weight": master}
+    out = drift(start, end, dtype=torch.bfloat16)
+    a, b = theta0.to(torch.bfloat16).float(), master.to(torch.bfloat16).float()
+    d = b - a  # by hand: 1.0 + 2^-10 rounds to 1.0; 0.75 + 0.6 steps to 0.75 + 1 step; 3.0 − 1.2 steps to −1 step
+    assert d.tolist() == [0.0, 2**-8, -(2**-6), 0.0, 0.0]
+    assert out["changed_fraction"] == pytest.approx(2 / 5)
+    assert out["max_abs_delta"] == 2**-6 == float(torch.tensor(out["max_abs_delta"]).to(torch.bfloat16))
+    assert out["relative_l2"] == pytest.approx(float(d.norm() / a.norm()), rel=1e-6)
+    assert out["top"][0]["bf16_steps"] == pytest.approx(-1.0)
+    fp32 = drift(start, end)  # without `dtype`: the master's drift, where all but the 0.5 coordinate moved
+    assert fp32["changed_fraction"] == pytest.approx(4 / 5) and fp32["max_abs_delta"] != out["max_abs_delta"]
