@@ -40,6 +40,22 @@ class BudgetUsed(BaseModel):
     generated_tokens: int = Field(ge=0)
 
 
+class Compute(BaseModel):
+    """A trained cell's compute (`esbench.metrics.compute.cell_compute`): App. G.2 FLOPs from the logged tokens
+    (None where the method has no formula or its log has no token counts), and training's wall and device time."""
+
+    model_config = ConfigDict(extra="allow")
+
+    formula: str
+    flops: int | None = Field(ge=0)
+    parameters: int = Field(ge=0)
+    tokens: dict[str, int | None]
+    train_seconds: float = Field(ge=0)
+    devices: int = Field(ge=1)
+    device_seconds: float = Field(ge=0)
+    curve: list[dict[str, int]]  # {"update", "flops"} at each probe point
+
+
 class TaskMetrics(BaseModel):
     """One task's numbers; every one is recomputable from `per_problem` and the samples."""
 
@@ -65,6 +81,7 @@ class Record(BaseModel):
     held_out: list[str]
     train: dict[str, Any]
     budget_used: BudgetUsed
+    compute: Compute | None = None  # trained cells; records written before it have none
     timings: dict[str, float]
     provenance: dict[str, Any]
 

@@ -41,6 +41,7 @@ class Entry:
     paper_method: str | None
     tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
     provenance: list[dict[str, Any]] = field(default_factory=list)
+    flops: float | None = None  # mean over seeds of the records' App. G.2 training FLOPs (`compute`); None if absent
 
     @property
     def key(self) -> str:
@@ -164,6 +165,8 @@ def _entries(
             paper_model=paper_model,
             paper_method=paper_method,
         )
+        flops = [(c.record.get("compute") or {}).get("flops") for c in cells]
+        e.flops = sum(flops) / len(flops) if None not in flops else None
         for t in spec["eval"]["tasks"]:
             paper_task = pmap["tasks"].get(t)
             mapped = paper_model and paper_method and paper_task

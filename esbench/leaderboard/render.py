@@ -17,6 +17,7 @@ from typing import Any
 
 from esbench.leaderboard.artifact import describe, summary
 from esbench.leaderboard.board import METRICS, NO_REF, Board, Entry
+from esbench.metrics.compute import format_flops
 from esbench.records import atomic_write_text
 
 LAYOUT = [
@@ -110,6 +111,8 @@ def rule_text(rule: dict[str, Any]) -> str:
   status *{NO_REF}* and are never coloured as reproduced."""
     if seeded:
         text += "\n" + seed_text(rule["seed_sd_pp"])
+        if rule.get("seed_sd_source"):
+            text += f" Source: {rule['seed_sd_source']}."
     if rule.get("artifact"):
         text += "\n\n" + artifact_text(rule["artifact"])
     return text
@@ -159,6 +162,24 @@ def artifact_text(artifact: dict[str, Any]) -> str:
         f"- The artifact's environment: {', '.join(pins)} (versions match by release prefix).",
         "- A cell passes when every applicable criterion holds and fails when one does not.",
     ]
+    if "identity" in artifact:  # issue 23: like with like (rule data of the releases after v1.4)
+        lines.append(
+            f"- A cell with the same {', '.join(artifact['identity'])} and a run's "
+            "identity fields that differs from that run in any other field above, its updates or its problem count "
+            "is *not judged*, with the fields that differ."
+        )
+        for name, run in artifact["runs"].items():
+            training = run.get("training")
+            if training is None:
+                continue
+            sds = training.get("seed_sd_pp") or {}
+            how = (
+                f"judged with band max(tolerance, 1.96 · √(SE_run² + s_seed²)), s_seed {sds} from "
+                f"{training.get('seed_sd_source')}"
+                if sds and training.get("seed_sd_source")
+                else f"*reported*, never pass or fail: {training['why']}"
+            )
+            lines.append(f"- {name} is an independent training run: {how}.")
     return "\n".join(lines)
 
 
@@ -249,8 +270,8 @@ def suite_sections(board: Board) -> list[str]:
             out += [f"**{t}**{held}", ""]
             artifact = any("artifact" in e.tasks[t] for e in entries)  # the column only where the rule applies
             extra = " artifact rule |" if artifact else ""
-            out.append("| model | method | budget | seeds | " + " | ".join(metrics) + " | status |" + extra)
-            out.append("|---|---|---|---|" + "---:|" * len(metrics) + "---|" + ("---|" if artifact else ""))
+            out.append("| model | method | budget | seeds | " + " | ".join(metrics) + " | status | FLOPs |" + extra)
+            out.append("|---|---|---|---|" + "---:|" * len(metrics) + "---|---:|" + ("---|" if artifact else ""))
             for e in entries:
                 cells = []
                 for m in metrics:
@@ -270,7 +291,7 @@ def suite_sections(board: Board) -> list[str]:
                 out.append(
                     f"| {e.model} | {e.method}{plug} | {e.budget} | {_seeds(e.seeds)} | "
                     + " | ".join(cells)
-                    + f" | {status} |"
+                    + f" | {status} | {format_flops(e.flops)} |"
                     + (
                         f" {artifact_cell(e.tasks[t].get('artifact'), board.release, len(e.seeds))} |"
                         if artifact
@@ -908,6 +929,7 @@ def page(board: Board, plots: dict[str, str]) -> str:
         "<th class='txt'>paper row</th>",
         *[f"<th>{m}</th>" for m in METRICS],
         "<th class='txt'>status</th>",
+        "<th>FLOPs</th>",
     ]
     artifact = any("artifact" in td for en in board.entries for td in en.tasks.values())
     if artifact:  # the column only on a board where the artifact rule judged some cell
@@ -958,6 +980,7 @@ def page(board: Board, plots: dict[str, str]) -> str:
                 f"<td class='txt' data-value='{order.index(status)}'><span class='badge {_status_class(status)}'>"
                 f"{e(status)}</span></td>"
             )
+            cells.append(_td(format_flops(en.flops), en.flops, title="training FLOPs, App. G.2 (the record's)"))
             if artifact:
                 cells.append(_artifact_td(td.get("artifact"), rel))
             cells.append(f"<td class='txt'><button class='prov' data-key='{e(en.key)}'>details</button></td>")
