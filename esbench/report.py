@@ -16,7 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from esbench import report_experiments
+from esbench import report_compute, report_experiments
 from esbench.es import BF16_MODES
 from esbench.metrics.bootstrap import paired_bootstrap
 from esbench.metrics.passk import majority_correct, pass_at_k
@@ -138,48 +138,109 @@ def _method_family(rec: dict[str, Any]) -> str:
     return m["kind"]
 
 
+# Table 4's max |Δθ| (paper text beside the table; not in paper_tables.json): exact bf16 steps.
+_PAPER_MAX_DELTA = {
+    ("Llama-3.2-3B-Instruct", "GRPO"): 2.0**-12,  # top-100 all token embeddings
+    ("DeepSeek-R1-Distill-Qwen-1.5B", "GRPO"): 2.0**-10,  # top-100 all LM head
+    ("Llama-3.2-3B-Instruct", "ES"): 0.01171875,  # 3 bf16 steps in [0.5, 1): input LayerNorm
+    ("DeepSeek-R1-Distill-Qwen-1.5B", "ES"): 2.0**-6,
+}
+
+
+def _paper_table4() -> dict[tuple[str, str], dict[str, float]]:
+    """(model, "ES" | "GRPO") -> Table 4's relative L2 (as a fraction), ES/GRPO ratio and max |Δθ| where stated."""
+    out: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
+    if report_experiments.PAPER_TABLES.exists():
+        for v in json.loads(report_experiments.PAPER_TABLES.read_text())["values"]:
+            if v["table"] == 4 and v["column"] in ("GRPO", "Full ES"):
+                key = "relative_l2" if v["metric"] == "l2_drift_rel" else "ratio"
+                out[v["model"], v["method"]][key] = v["value"] * (1e-2 if key == "relative_l2" else 1)
+    for key, value in _PAPER_MAX_DELTA.items():
+        out[key]["max_abs_delta"] = value
+    return dict(out)
+
+
+def _paper_method(family: str) -> str | None:
+    """The Table 4 column a cell is set beside: the hard GRPO row is a released checkpoint against its base."""
+    return {"es": "ES", "grpo": "GRPO", "checkpoint": "GRPO"}.get(family)
+
+
+def _drift_summary(d: dict[str, Any] | None) -> dict[str, Any] | None:
+    if d is None:
+        return None
+    return {k: d[k] for k in ("weights", "relative_l2", "max_abs_delta", "changed_fraction") if k in d}
+
+
+def _has_master(rows: list[dict[str, Any]]) -> bool:
+    return any(r["master"] for r in rows)
+
+
 def drift_table(records, labels) -> dict[str, Any]:
+    """Table 4 from the saved-weights drift (`drift`), the fp32 master's beside it (`drift.master`), and the paper's
+    values for the same model. Older records have no `weights`: their drift is of the weights as trained."""
+    paper = _paper_table4()
     rows = []
     for rec in records:
         if "drift" not in rec:
             continue
         d = rec["drift"]
+        family = _method_family(rec)
+        model_name = rec["cell"]["spec"]["model"]["path"].rstrip("/").rsplit("/", 1)[-1]
         rows.append(
             {
                 "cell": labels[id(rec)],
                 "model": rec["cell"]["labels"]["model"],
-                "method": _method_family(rec),
+                "model_name": model_name,
+                "method": family,
                 "precision": _precision(rec) if rec["cell"]["spec"]["method"]["kind"] == "es" else None,
+                "weights": d.get("weights"),
                 "relative_l2": d["relative_l2"],
                 "max_abs_delta": d["max_abs_delta"],
                 "changed_fraction": d["changed_fraction"],
                 "rounding_share": d.get("rounding_share"),
                 "top_bf16_step_share": d["top_bf16_step_share"],
                 "groups": d["groups"],
+                "master": _drift_summary(d.get("master")),
+                "against": (d.get("against") or {}).get("path"),
+                "paper": paper.get((model_name, _paper_method(family) or "")),
             }
         )
-    # ES/GRPO drift per ES precision: the paper measured bf16 ES (its artifact's arithmetic), so the paper-bf16 ratio
-    # is the one to set beside its 40.7–44.1×; the fp32-master ratio says how much of it exact arithmetic keeps.
+    # ES/GRPO drift per ES precision, on the saved weights (the paper's are bf16 checkpoints): the paper measured bf16
+    # ES (its artifact's arithmetic), so the paper-bf16 ratio is the one to set beside its 40.7–44.1×; fp32-master
+    # says how much of it exact arithmetic keeps. The GRPO side is the trained GRPO cells, else the checkpoint cells
+    # with a base (the hard setting's SofT-GRPO). `ratio_master`: the same, each side's fp32 master where it has one.
     ratios = []
-    es_by, grpo_by = defaultdict(lambda: defaultdict(list)), defaultdict(list)
+    es_by = defaultdict(lambda: defaultdict(list))
+    grpo_by: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
         if r["method"] == "es":
-            es_by[r["model"]][r["precision"]].append(r["relative_l2"])
-        elif r["method"] == "grpo":
-            grpo_by[r["model"]].append(r["relative_l2"])
+            es_by[r["model"]][r["precision"]].append(r)
+        elif r["method"] in ("grpo", "checkpoint"):
+            grpo_by[r["model"]][r["method"]].append(r)
+
+    def mean(rs, master=False):
+        vals = [(r["master"] if master and r["master"] else r)["relative_l2"] for r in rs]
+        return sum(vals) / len(vals)
+
     for model, by_precision in es_by.items():
-        if not grpo_by[model]:
+        source = "grpo" if grpo_by[model]["grpo"] else "checkpoint"
+        grpo_rows = grpo_by[model][source]
+        if not grpo_rows:
             continue
-        grpo = sum(grpo_by[model]) / len(grpo_by[model])
-        for precision, vals in sorted(by_precision.items()):
-            es = sum(vals) / len(vals)
+        grpo, grpo_master = mean(grpo_rows), mean(grpo_rows, master=True)
+        for precision, es_rows in sorted(by_precision.items()):
+            es, es_master = mean(es_rows), mean(es_rows, master=True)
+            masters = es_master / grpo_master if grpo_master and _has_master(es_rows + grpo_rows) else None
             ratios.append(
                 {
                     "model": model,
                     "es_precision": precision,
+                    "grpo_method": source,
                     "es": es,
                     "grpo": grpo,
                     "ratio": es / grpo if grpo else None,
+                    "ratio_master": masters,
+                    "paper_ratio": (paper.get((es_rows[0]["model_name"], "ES")) or {}).get("ratio"),
                 }
             )
     return {"rows": rows, "es_over_grpo": ratios}
@@ -268,6 +329,7 @@ def build(run_dir: Path, iters: int = 2000) -> dict[str, Any]:
         "entropy": entropy_table(records, labels),
         "curves": _curves(records, labels),
         "experiments": report_experiments.build(records, labels),
+        "compute": report_compute.build(records, labels, ks),
     }
     return data
 

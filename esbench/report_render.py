@@ -7,8 +7,11 @@ and the numbers, and re-exports `render_markdown` and `plots` so `esbench.report
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
+
+from esbench import report_compute
 
 
 def _fmt(x: float | None, scale: float = 100.0, digits: int = 1, sign: bool = False) -> str:
@@ -25,6 +28,87 @@ def _md(header: list[str], rows: list[list[str]]) -> str:
 
 # ---------------------------------------------------------------------------------------------------------------
 # markdown
+
+
+def _drift_md(dr: dict[str, Any]) -> list[str]:
+    """Table 4's layout: the saved-weights drift per cell, the fp32 master's and the paper's values beside it."""
+    if not dr["rows"]:
+        return []
+    out: list[str] = []
+    out += ["## Parameter drift (paper Table 4 layout)", ""]
+    out += [
+        "Relative L2 ‖θ−θ₀‖/‖θ₀‖ in fp32, ×1e-2, of the weights as saved (the suite's dtype, against θ₀ as "
+        "loaded: the paper's figures are bf16 checkpoints); the fp32 master's beside it where the cell has one.",
+        "",
+    ]
+    for ratio in dr["es_over_grpo"]:
+        bf16 = ratio["es_precision"] != "fp32-master"
+        paper = "paper: 40.7–44.1×, measured on bf16 ES" if bf16 else "exact arithmetic; the paper has no such row"
+        if bf16 and ratio.get("paper_ratio") is not None:
+            paper = f"paper: {ratio['paper_ratio']:.1f}× for this model (40.7–44.1×), measured on bf16 ES"
+        value = "–" if ratio["ratio"] is None else f"**{ratio['ratio']:.1f}×**"
+        master = "" if ratio.get("ratio_master") is None else f"; fp32 masters {ratio['ratio_master']:.1f}×"
+        grpo = "GRPO" if ratio.get("grpo_method", "grpo") == "grpo" else "GRPO checkpoint"
+        out.append(
+            f"- **{ratio['model']}**, ES {ratio['es_precision']}: ES {ratio['es'] * 100:.4f} vs {grpo} "
+            f"{ratio['grpo'] * 100:.4f}: ES/GRPO = {value}{master} ({paper})"
+        )
+    groups = sorted({g for r in dr["rows"] for g in r["groups"]})
+    header = [
+        "cell",
+        "weights",
+        "rel. L2 ×1e-2",
+        "max abs Δθ",
+        "changed",
+        "rounding",
+        "fp32 master: rel. L2 ×1e-2, max abs Δθ, changed",
+        "paper: rel. L2 ×1e-2, max abs Δθ",
+        *[f"{g} share (top-100)" for g in groups],
+    ]
+    rows = []
+    for r in dr["rows"]:
+        gs = [
+            f"{r['groups'][g]['share'] * 100:.1f}% ({r['groups'][g]['top']})" if g in r["groups"] else "–"
+            for g in groups
+        ]
+        rnd = "–" if r["rounding_share"] is None else f"{r['rounding_share'] * 100:.2f}%"
+        m, p = r.get("master"), r.get("paper") or {}
+        master = "–"
+        if m:
+            master = f"{m['relative_l2'] * 100:.4f}, {_delta(m['max_abs_delta'])}, {m['changed_fraction'] * 100:.1f}%"
+        ref = [f"{p['relative_l2'] * 100:.4f}" if "relative_l2" in p else "", _delta(p.get("max_abs_delta"))]
+        weights = r.get("weights") or "as trained"
+        if r.get("against"):
+            weights += f" vs {r['against']}"
+        rows.append(
+            [
+                r["cell"],
+                weights,
+                f"{r['relative_l2'] * 100:.4f}",
+                _delta(r["max_abs_delta"]),
+                f"{r['changed_fraction'] * 100:.1f}%",
+                rnd,
+                master,
+                ", ".join(x for x in ref if x) or "–",
+                *gs,
+            ]
+        )
+    out += ["", _md(header, rows), ""]
+    out += [
+        "Group share = share of ‖Δθ‖²; (n) = how many of the 100 largest |Δθ| fall in the group (saved weights). "
+        "`as trained`: a record from before saved-weights drift (GRPO's fp32 master). Paper: Table 4 and its text "
+        "(max |Δθ| stated for Llama-3.2-3B and DeepSeek-R1-Distill-1.5B only).",
+        "",
+    ]
+    return out
+
+
+def _delta(x: float | None) -> str:
+    """A |Δθ|, with its power of two when it is one (bf16 steps: the paper's 2⁻¹² and 2⁻¹⁰)."""
+    if x is None:
+        return ""
+    mant, exp = math.frexp(x)
+    return f"{x:.3g} (2^{exp - 1})" if x > 0 and mant == 0.5 else f"{x:.3g}"
 
 
 def _ci(b: dict[str, float | None]) -> str:
@@ -69,46 +153,7 @@ def render_markdown(data: dict[str, Any]) -> str:
         rows = [[r["cell"], t, *[_ci(r["tasks"][t][m]) for m in fg["metrics"]]] for r in fg["rows"] for t in r["tasks"]]
         out += [_md(["cell", "task", *names], rows), ""]
 
-    dr = data["drift"]
-    if dr["rows"]:
-        out += ["## Parameter drift (paper Table 4 layout)", ""]
-        out += ["Relative L2 ‖θ−θ₀‖/‖θ₀‖ in fp32, ×1e-2.", ""]
-        for ratio in dr["es_over_grpo"]:
-            bf16 = ratio["es_precision"] != "fp32-master"
-            paper = "paper: 40.7–44.1×, measured on bf16 ES" if bf16 else "exact arithmetic; the paper has no such row"
-            value = "–" if ratio["ratio"] is None else f"**{ratio['ratio']:.1f}×**"
-            out.append(
-                f"- **{ratio['model']}**, ES {ratio['es_precision']}: ES {ratio['es'] * 100:.4f} vs GRPO "
-                f"{ratio['grpo'] * 100:.4f}: ES/GRPO = {value} ({paper})"
-            )
-        groups = sorted({g for r in dr["rows"] for g in r["groups"]})
-        header = [
-            "cell",
-            "rel. L2 ×1e-2",
-            "max abs Δθ",
-            "changed",
-            "rounding",
-            *[f"{g} share (top-100)" for g in groups],
-        ]
-        rows = []
-        for r in dr["rows"]:
-            gs = [
-                f"{r['groups'][g]['share'] * 100:.1f}% ({r['groups'][g]['top']})" if g in r["groups"] else "–"
-                for g in groups
-            ]
-            rnd = "–" if r["rounding_share"] is None else f"{r['rounding_share'] * 100:.2f}%"
-            rows.append(
-                [
-                    r["cell"],
-                    f"{r['relative_l2'] * 100:.4f}",
-                    f"{r['max_abs_delta']:.3g}",
-                    f"{r['changed_fraction'] * 100:.1f}%",
-                    rnd,
-                    *gs,
-                ]
-            )
-        out += ["", _md(header, rows), ""]
-        out += ["Group share = share of ‖Δθ‖²; (n) = how many of the 100 largest |Δθ| fall in the group.", ""]
+    out += _drift_md(data["drift"])
 
     if data["bf16"]:
         out += ["## bf16 artefacts (fp32-master vs a bf16 mode, same configuration)", ""]
@@ -183,6 +228,7 @@ def render_markdown(data: dict[str, Any]) -> str:
     out += [_md(header, rows), ""]
     if data.get("experiments"):
         out += _experiments_md(data["experiments"])
+    out += report_compute.markdown(data.get("compute"))
     return "\n".join(out)
 
 
@@ -344,6 +390,7 @@ def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
         a2.set_title("Pass@1 of thresholded update")
         _style((a1, a2), "τ (|Δθ| threshold)")
         paths.append(_save(fig, out_dir / "sparsity.png"))
+    paths += report_compute.plot(data.get("compute"), out_dir)
     return paths
 
 

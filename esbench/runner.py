@@ -100,7 +100,13 @@ def es_workers() -> int:
 def _run_cell(cell: Cell, cd: CellDir, stage: Callable[[str], None]) -> dict[str, Any]:
     import torch
 
-    from esbench.analyses import build_probe, functional_sparsity, parameter_drift, population_diversity
+    from esbench.analyses import (
+        build_probe,
+        checkpoint_drift,
+        functional_sparsity,
+        parameter_drift,
+        population_diversity,
+    )
     from esbench.backends import build_backend
     from esbench.evaluation import evaluate
     from esbench.methods import TrainContext, TrainResult, registry
@@ -118,6 +124,8 @@ def _run_cell(cell: Cell, cd: CellDir, stage: Callable[[str], None]) -> dict[str
 
     # a `checkpoint` method (or first stage) names other weights than the cell's model
     loaded = load_model(**model_to_load(cell.spec["method"], cell.spec["model"]))
+    # a checkpoint's drift against its `base`, on the HF weights as loaded (before a backend renames or fuses them)
+    base_drift = checkpoint_drift(cell.spec["method"], spec.model.dtype, loaded.model)
     backend = build_backend(spec.backend, loaded.model, loaded.tokenizer)
     timings["load_s"] = time.perf_counter() - t0
     stage("model loaded")
@@ -151,9 +159,18 @@ def _run_cell(cell: Cell, cd: CellDir, stage: Callable[[str], None]) -> dict[str
         timings["train_s"] = time.perf_counter() - t1
         stage("trained")
     log_rows = [json.loads(line) for line in cd.train_log.read_text().splitlines()] if cd.train_log.exists() else []
-    analyses: dict[str, Any] = {}
-    if method_cls.trains:  # drift of the weights as trained (GRPO's fp32 master), before the evaluation cast
-        analyses["drift"] = parameter_drift(backend, start, result.ideal)
+    compute: dict[str, Any] = {}
+    if method_cls.trains:  # FLOPs by the paper's App. G.2 formulas, from the tokens train.jsonl logs
+        from esbench.metrics.compute import cell_compute, device_count
+
+        devices = device_count(backend.device.type, es_workers())
+        P = sum(t.numel() for t in start.values())  # every parameter, tied tensors once (the backend's view)
+        compute["compute"] = cell_compute(
+            spec.method.kind, log_rows, P, timings["train_s"], devices, backend.device.type
+        )
+    analyses: dict[str, Any] = {} if base_drift is None else {"drift": base_drift}
+    if method_cls.trains:  # the saved weights' drift and the fp32 master's (GRPO's), before the evaluation cast
+        analyses["drift"] = parameter_drift(backend, start, result, spec.model.dtype)
     backend.cast(getattr(torch, spec.model.dtype))  # every cell is evaluated at the suite's dtype
 
     t2 = time.perf_counter()
@@ -202,6 +219,7 @@ def _run_cell(cell: Cell, cd: CellDir, stage: Callable[[str], None]) -> dict[str
             "rollouts": result.rollouts,
             "generated_tokens": result.generated_tokens,
         },
+        **compute,
         "timings": {k: round(v, 3) for k, v in timings.items()},
         "provenance": {
             **provenance.environment(),

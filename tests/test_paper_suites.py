@@ -1,7 +1,9 @@
 """The paper suites encode arXiv 2608.27351 exactly: Table 14 (training) and Table 15 (evaluation), field by field.
 
 The settings are parsed from `tests/fixtures/paper_settings.md`, a verbatim copy of the tables' lines (checked
-against `../shared/reference/paper_tables.md` when that file is present), never typed into this test by hand.
+against `../shared/reference/paper_tables.md` when that file is present), never typed into this test by hand. The
+artifact's training-run line adds the engine topology (8 single-GPU engines, re-synced each epoch) and the dtype
+(bf16) that every stage computes in; `tests/methods/test_stage_dtypes.py` checks the stages keep it at run time.
 """
 
 from __future__ import annotations
@@ -94,7 +96,7 @@ def _grpo(text: str) -> dict:
         ("ppo_minibatch_prompts", r"PPO minibatch (\d+)", int),
         ("micro_batch", r"microbatch (\d+)", int),
         ("clip_epsilon", r"clip ([\d.]+)", float),
-        ("kl_coef", r"KL coef ([\d.]+)", float),
+        ("kl_coef", r"KL coef(?:ficient)? ([\d.]+)", float),  # v2 writes "KL coefficient" in the easy row
     ):
         if re.search(pattern, text):
             out[key] = _num(pattern, text, cast)
@@ -131,9 +133,18 @@ def parse_settings(text: str) -> dict:
         return [TASK_NAMES[c.strip(" .")] for c in cols.split("|") if c.strip(" .") != "Average"]
 
     easy_es, hard_es = _es(e["Easy ES"]), _es(e["Hard ES"])
+    # Table 14's hardware line: the ES runs' engines, each with its own bf16 restore residuals (both settings)
+    engines = _num(r"(\d+) single-GPU vLLM engines", e["ES verifier reward"], int)
+    easy_es["engines"] = hard_es["engines"] = engines
+    run = re.search(r"^- Training run \(easy setting.*$", text, re.M).group(0)  # the artifact's own run
+    easy_es["engine_sync_every"] = _num(r"\((\d+) per epoch\)", run, int)  # re-synced after each epoch
+    easy_es["shuffle_seed"] = _num(r"seed (\d+)", run, int)
+    assert _num(r"(\d+) single-GPU vLLM engines", run, int) == engines
+    dtype = {"bf16": "bfloat16"}[_num(r", (bf16)\.$", run, str)]
     easy_grpo = _grpo(e["Easy GRPO"])
     hard_grpo = _grpo(e["Hard GRPO"])
     return {
+        "dtype": dtype,
         "easy": {
             "models": _models(e["Easy ES"]),
             "task": TASK_NAMES[e["Easy ES"].split(", ")[1]],
@@ -172,7 +183,7 @@ def paper() -> dict:
 
 
 # sha256 of the copied lines, taken when they were copied
-COPY_SHA256 = "d4c504c64bcaf727ca45b4c4bee03880e6dfbda0a040c1d9f45ba485749af96f"
+COPY_SHA256 = "d33ef7f303e9cb22ace7c23bac11eb2dcb741f222d11885bc15bf61dbe380034"
 
 
 def test_settings_copy_matches_the_reference_tables():
@@ -193,6 +204,10 @@ def test_parser_reads_the_tables(paper):
     """Guards the parser itself: a few values read off the printed tables."""
     assert paper["easy"]["es"]["sigma"] == 1.5e-3 and paper["easy"]["es"]["temperature"] == 0
     assert paper["easy"]["grpo"]["ppo_minibatch_prompts"] == 32
+    assert paper["easy"]["grpo"]["kl_coef"] == 0.001 and paper["easy"]["grpo"]["clip_epsilon"] == 0.2  # v2's cell
+    assert paper["easy"]["es"]["engines"] == paper["hard"]["es"]["engines"] == 8 and paper["dtype"] == "bfloat16"
+    assert (paper["easy"]["es"]["engine_sync_every"], paper["easy"]["es"]["shuffle_seed"]) == (117, 42)
+    assert "engine_sync_every" not in paper["hard"]["es"]  # the artifact's run is the easy one
     assert paper["hard"]["grpo"]["kl_coef"] == 0.001 and paper["hard"]["es"]["max_new_tokens"] == 8192
     assert paper["easy"]["models"] == ["Qwen2.5-1.5B-Instruct", "Llama-3.2-3B-Instruct", "Qwen2.5-7B-Instruct"]
     assert paper["easy"]["held_out"] == ["commonsense_qa", "hotpotqa", "countdown", "gpqa_diamond", "mbpp"]
@@ -255,18 +270,104 @@ def test_suite_settings_equal_tables_14_and_15(name, paper):
 
 
 def test_a_changed_setting_is_caught(paper, tmp_path):
-    """The comparison fails on any difference: flip one ES field and one eval field."""
+    """The comparison fails on any difference: flip one ES field, the easy GRPO's KL and one eval field."""
     text = (REPO / "suites" / "paper-easy.yaml").read_text()
     bad = tmp_path / "paper-easy.yaml"
     bad.write_text(
-        text.replace("sigma: 0.0015", "sigma: 0.002").replace("  temperature: 0.6\n", "  temperature: 0.7\n")
+        text.replace("sigma: 0.0015", "sigma: 0.002")
+        .replace("  temperature: 0.6\n", "  temperature: 0.7\n")
+        .replace("kl_coef: 0.001 ", "kl_coef: 0.0   ")
     )
     suite = load_suite(bad)
     problems = []
     for cfg in _configs(suite)["es"]:
         problems += _diff(paper["easy"]["es"], cfg, "es")
+    for cfg in _configs(suite)["grpo"]:
+        problems += _diff(paper["easy"]["grpo"], cfg, "grpo")
     problems += _diff(paper["easy"]["eval"], {**suite.spec.eval.model_dump(), "k": suite.spec.eval.ks}, "eval")
     assert any("sigma" in p for p in problems) and any("eval.temperature" in p for p in problems)
+    assert sum("grpo.kl_coef" in p for p in problems) == 3  # the GRPO cell and both sequences' GRPO stages
+
+
+def _setting(name: str) -> str:
+    return "hard" if "hard" in name else "easy"
+
+
+@pytest.mark.parametrize("name", PAPER_SUITES + EXPERIMENT_SUITES)
+def test_every_easy_grpo_has_table_14s_kl(name, paper):
+    """v2 Table 14: clip 0.2 and KL coefficient 0.001 for the easy GRPO too, in every GRPO and GRPO stage of every
+    suite of the easy setting (the experiment suites train ES only; the hard GRPO is checked with its row)."""
+    grpos = _configs(load_suite(REPO / "suites" / f"{name}.yaml")).get("grpo", [])
+    expected = paper[_setting(name)]["grpo"]
+    assert expected["kl_coef"] == 0.001 and expected["clip_epsilon"] == 0.2
+    assert all((g["kl_coef"], g["clip_epsilon"]) == (0.001, 0.2) for g in grpos), grpos
+    assert len(grpos) == (3 if name.startswith("paper-easy") else 1 if name == "paper-hard" else 0)
+
+
+class _SeedRecorder:
+    """A backend that records the sampling seed of every `generate` call (one call per member)."""
+
+    def __init__(self):
+        self.seeds: list[int | None] = []
+
+    def generate(self, prompts, *, temperature, max_new_tokens, seed):
+        from esbench.backends import Generation
+
+        self.seeds.append(seed)
+        return [[Generation("", 0)] for _ in prompts]
+
+
+class _NoEdits:
+    def perturb(self, *args):
+        pass
+
+    def restore(self):
+        pass
+
+
+@pytest.mark.parametrize("name", PAPER_SUITES + EXPERIMENT_SUITES)
+def test_es_runs_the_papers_engines_and_samples_each_member_with_its_own_seed(name, paper):
+    """8 single-GPU engines (Table 14's hardware) in every ES, the hard one included; and sampled rollouts (the hard
+    setting's T = 0.6) seed each member independently, as vLLM does by default (issue 23): the seeds `generate`
+    receives differ across the members of an update and between updates. Common seeds stay a named option."""
+    from esbench.es import population
+    from esbench.methods.es import ESConfig, rollout_spec
+
+    configs = _configs(load_suite(REPO / "suites" / f"{name}.yaml")).get("es", [])
+    assert configs or name == "paper-subtraction"
+    for cfg in configs:
+        assert cfg["engines"] == paper[_setting(name)]["es"]["engines"] == 8, name
+        if cfg["temperature"] == 0:
+            continue
+        es = ESConfig.model_validate(cfg)
+        assert not es.common_sampling_seed, name
+        backend = _SeedRecorder()
+        for step in (0, 1):
+            population.roll_out_members(backend, _NoEdits(), rollout_spec(es), 42, step, range(es.population), ["q"])
+        assert None not in backend.seeds and len(set(backend.seeds)) == 2 * es.population, name
+        common = rollout_spec(es.model_copy(update={"common_sampling_seed": True}))
+        assert len({common.sampling_seed(42, 0, i) for i in range(es.population)}) == 1
+    if name == "paper-hard":
+        assert any(cfg["temperature"] > 0 for cfg in configs), "the hard ES samples at T = 0.6"
+
+
+def test_paper_stages_compute_in_the_papers_dtype(paper, tmp_path):
+    """The artifact's run is bf16: every paper suite's model is bf16; ES perturbs, rolls out and evaluates in bf16
+    (paper-bf16, and it hands the model back at the suite's dtype: tests/methods/test_es_dtype.py); GRPO keeps an
+    fp32 master under autocast in the suite's dtype (verl's mixed precision) and probes a copy at that dtype
+    (tests/methods/test_stage_dtypes.py runs both sequences and checks every stage's and probe's dtype)."""
+    from esbench.es import BF16_MODES
+    from esbench.methods.grpo import GRPOSettings, grpo_config
+
+    for name in PAPER_SUITES + EXPERIMENT_SUITES:
+        suite = load_suite(REPO / "suites" / f"{name}.yaml")
+        assert {m.dtype for m in suite.spec.models.values()} == {paper["dtype"]}, name
+        configs = _configs(suite)
+        assert all(cfg["precision"] in BF16_MODES for cfg in configs.get("es", [])), name
+        for cfg in configs.get("grpo", []):
+            args = grpo_config(GRPOSettings(**cfg), 1, str(tmp_path), 0, True, compute=paper["dtype"])
+            assert args.bf16 and not args.fp16, name
+            assert args.beta == 0.001 and args.use_bias_correction_kl is False  # verl's k3 in the loss
 
 
 def _paper_grid(table: int) -> set[tuple[str, str]]:

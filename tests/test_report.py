@@ -100,7 +100,15 @@ def test_report_json_tables_and_plots(run_dir, capsys):
     assert (pair["fp32"], pair["bf16"]) == ("tiny/es", "tiny/es-bf16")
     assert {s["cell"] for s in data["sparsity"]} == {"tiny/es", "tiny/es-bf16", "tiny/grpo"}
     names = sorted(p.rsplit("/", 1)[1] for p in data["plots"])
-    assert names == ["drift.png", "passk.png", "passk_profile.png", "probe.png", "sparsity.png", "training.png"]
+    assert names == [
+        "compute.png",
+        "drift.png",
+        "passk.png",
+        "passk_profile.png",
+        "probe.png",
+        "sparsity.png",
+        "training.png",
+    ]
     ex = data["experiments"]
     n = recs["es"]["metrics"]["tiny_arith"]["n"]
     profile = ex["passk_profiles"]["tiny/es"]["tiny_arith"]
@@ -138,3 +146,144 @@ def test_report_markdown_has_the_paper_sections(run_dir, capsys):
 def test_report_of_a_folder_without_records_exits_2(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
     assert "no record.json" in capsys.readouterr().err
+
+
+def _train_rows(run_dir, rec):
+    return [json.loads(x) for x in (run_dir / rec["cell"]["id"] / "train.jsonl").read_text().splitlines()]
+
+
+def test_compute_sections_follow_app_g2(run_dir, tiny_model_dir):
+    """FLOPs = 2·P·tokens (ES) and 8·P·tokens (GRPO), P every parameter of the saved model, tokens from train.jsonl."""
+    from safetensors import safe_open
+
+    with safe_open(str(tiny_model_dir / "model.safetensors"), "pt") as f:
+        P = sum(f.get_tensor(k).numel() for k in f.keys())  # tied weights are stored once
+    recs = _records(run_dir)
+    assert "compute" not in recs["base"]
+    for name, per_token in (("es", 2), ("es-bf16", 2), ("grpo", 8)):
+        rec = recs[name]
+        comp = rec["compute"]
+        ups = [r for r in _train_rows(run_dir, rec) if "reward_mean" in r]
+        tokens = sum(r["tokens"] for r in ups)
+        assert comp["parameters"] == P
+        assert comp["tokens"]["total"] == tokens > 0
+        assert comp["flops"] == per_token * P * tokens
+        assert comp["tokens"]["generated"] == sum(r["tokens_generated"] for r in ups)
+        assert comp["train_seconds"] == rec["timings"]["train_s"] > 0
+        assert (comp["devices"], comp["device"], comp["device_seconds"]) == (1, "cpu", comp["train_seconds"])
+        # the probe points (before training and after each update) with the FLOPs spent before each
+        per_update = [per_token * P * r["tokens"] for r in sorted(ups, key=lambda r: r["update"])]
+        assert comp["curve"] == [
+            {"update": 0, "flops": 0},
+            {"update": 1, "flops": per_update[0]},
+            {"update": 2, "flops": sum(per_update)},
+        ]
+    # ES: generated tokens as budget_used counts them; every one of the 8 members read the batch's prompts
+    for name in ("es", "es-bf16"):
+        comp = recs[name]["compute"]
+        assert comp["tokens"]["generated"] == recs[name]["budget_used"]["generated_tokens"]
+        assert comp["tokens"]["prompt"] > 0 and comp["tokens"]["prompt"] % 8 == 0
+    # GRPO: TRL's prompt + completion count; each of a rollout's prompts is read by its 2 generations
+    comp = recs["grpo"]["compute"]
+    assert abs(comp["tokens"]["generated"] - recs["grpo"]["budget_used"]["generated_tokens"]) <= 2
+    assert comp["tokens"]["prompt"] > 0 and comp["tokens"]["prompt"] % 2 == 0
+
+
+def test_report_compute_view(run_dir, capsys):
+    import numpy as np
+
+    from esbench.metrics.compute import format_flops
+
+    assert main(["report", str(run_dir), "--json", "--bootstrap", "200"]) == 0
+    view = json.loads(capsys.readouterr().out)["compute"]
+    recs = _records(run_dir)
+    rows = {r["cell"]: r for r in view["rows"]}
+    assert set(rows) == {"tiny/es", "tiny/es-bf16", "tiny/grpo"}
+    for name in ("es", "es-bf16", "grpo"):
+        r, rec = rows[f"tiny/{name}"], recs[name]
+        assert (r["flops"], r["device_seconds"]) == (rec["compute"]["flops"], rec["compute"]["device_seconds"])
+        assert r["tasks"]["tiny_arith"] == {k: rec["metrics"]["tiny_arith"][k] for k in ("pass@1", "pass@4")}
+
+    def curve(name):
+        rec = recs[name]
+        at = {p["update"]: p["flops"] for p in rec["compute"]["curve"]}
+        probes = sorted((r for r in _train_rows(run_dir, rec) if "probe" in r), key=lambda r: r["update"])
+        return [at[p["update"]] for p in probes], [p["probe"]["pass@k"]["1"] for p in probes]
+
+    pairs = {(m["es"], m["grpo"]): m for m in view["matched"]}
+    assert set(pairs) == {("tiny/es", "tiny/grpo"), ("tiny/es-bf16", "tiny/grpo")}
+    for es in ("es", "es-bf16"):
+        m = pairs[(f"tiny/{es}", "tiny/grpo")]
+        assert m["status"] == "compared"
+        (pass1,) = [x for x in m["metrics"] if x["metric"] == "pass@1"]
+        fe, ye = curve(es)
+        fg, yg = curve("grpo")
+        cheaper = min(fe[-1], fg[-1])  # both curves start at 0 FLOPs: the cheaper total lies on both
+        (p,) = [q for q in pass1["points"] if q["flops"] == cheaper]
+        assert p["es"] == pytest.approx(np.interp(cheaper, fe, ye))
+        assert p["grpo"] == pytest.approx(np.interp(cheaper, fg, yg))
+        assert len(pass1["points"]) == 1  # the dearer total is beyond the cheaper run's curve
+    assert main(["report", str(run_dir), "--bootstrap", "200"]) == 0
+    md = (run_dir / "report" / "report.md").read_text()
+    assert "## Compute (paper App. G.2: FLOPs_GRPO = 8·T·B·G·P·L, FLOPs_ES = 2·T·N·D·P·L)" in md
+    assert "### ES vs GRPO at matched FLOPs (training probe)" in md
+    section = md[md.index("## Compute (paper App. G.2") :]
+    line = next(x for x in section.splitlines() if x.startswith("| tiny/grpo | "))
+    assert f"| {format_flops(recs['grpo']['compute']['flops'])} |" in line
+    assert "![compute](compute.png)" in md
+
+
+def _drift_record(model_path, kind, drift, precision=None):
+    config = {"precision": precision} if precision else {}
+    return {
+        "cell": {
+            "labels": {"model": model_path.rsplit("/", 1)[-1].lower()},
+            "spec": {"model": {"path": model_path}, "method": {"kind": kind, "config": config}},
+        },
+        "drift": drift,
+    }
+
+
+def _drift(rel, max_abs=2.0**-12, changed=0.25, **extra):
+    groups = {"embeddings": {"params": 10, "share": 1.0, "relative_l2": rel, "top": 100}}
+    base = {"relative_l2": rel, "max_abs_delta": max_abs, "changed_fraction": changed, "top_bf16_step_share": 1.0}
+    return {**base, "groups": groups, **extra}
+
+
+def test_drift_table_sets_saved_weights_and_masters_beside_table_4():
+    """The ES/GRPO ratio comes from the saved-weights drift; the masters' ratio, the paper's Table 4 values and
+    records from before saved-weights drift (no `weights`) are shown beside it."""
+    from esbench.report import drift_table
+    from esbench.report_render import _drift_md
+
+    qwen, r1 = "Qwen/Qwen2.5-1.5B-Instruct", "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"
+    grpo_master = _drift(5e-4, 2e-6, 1.0, weights="master:float32")
+    records = [
+        _drift_record(qwen, "grpo", _drift(4e-4, weights="saved:bfloat16", master=grpo_master)),
+        _drift_record(qwen, "es", _drift(2e-2, 2**-6, 0.9, weights="saved:bfloat16"), precision="paper-bf16"),
+        _drift_record(r1, "checkpoint", _drift(5e-4, 2**-10, weights="saved:bfloat16", against={"path": r1})),
+        _drift_record(r1, "es", _drift(2e-2, 2**-6, 0.9), precision="paper-bf16"),  # an older record
+    ]
+    labels = {id(r): f"cell{i}" for i, r in enumerate(records)}
+    table = drift_table(records, labels)
+    ratios = {r["model"]: r for r in table["es_over_grpo"]}
+    q = ratios["qwen2.5-1.5b-instruct"]
+    assert q["ratio"] == pytest.approx(2e-2 / 4e-4) and q["ratio_master"] == pytest.approx(2e-2 / 5e-4)
+    assert q["paper_ratio"] == 40.7 and q["grpo_method"] == "grpo"
+    d = ratios["deepseek-r1-distill-qwen-1.5b"]
+    assert d["grpo_method"] == "checkpoint" and d["ratio"] == pytest.approx(40.0) and d["paper_ratio"] == 42.7
+    rows = {r["cell"]: r for r in table["rows"]}
+    assert rows["cell0"]["master"]["relative_l2"] == 5e-4 and rows["cell1"]["master"] is None
+    assert rows["cell0"]["paper"]["relative_l2"] == pytest.approx(0.0475e-2)
+    assert rows["cell2"]["paper"] == {"relative_l2": pytest.approx(0.0548e-2), "max_abs_delta": 2**-10}
+    assert rows["cell2"]["against"] == r1 and rows["cell3"]["weights"] is None
+
+    md = "\n".join(_drift_md(table))
+    assert "ES/GRPO = **50.0×**; fp32 masters 40.0× (paper: 40.7× for this model" in md
+    assert "vs GRPO checkpoint 0.0500: ES/GRPO = **40.0×** (paper: 42.7× for this model" in md
+    line = {ln.split(" | ")[0]: ln for ln in md.splitlines() if ln.startswith("| cell")}
+    want = "| saved:bfloat16 | 0.0400 | 0.000244 (2^-12) | 25.0% | – | 0.0500, 2e-06, 100.0% | 0.0475 |"
+    assert want in line["| cell0"]
+    assert f"| saved:bfloat16 vs {r1} | 0.0500 | 0.000977 (2^-10) |" in line["| cell2"]
+    assert "| 0.0548, 0.000977 (2^-10) |" in line["| cell2"]
+    assert "| as trained | 2.0000 | 0.0156 (2^-6) |" in line["| cell3"]

@@ -28,7 +28,11 @@ SCALE = {
              "learning_rate"},
     "eval": {"limit", "n", "k", "max_new_tokens"},
 }  # fmt: skip
-SUBSTITUTED = {"model": {"path", "revision"}, "dataset": {"task", "size", "reward"}, "eval": {"tasks", "held_out"}}
+SUBSTITUTED = {
+    "model": {"path", "revision"},
+    "dataset": {"task", "size", "reward", "reward_version"},
+    "eval": {"tasks", "held_out"},
+}
 
 
 def _differences(smoke_path: Path, paper_path: Path) -> list[str]:

@@ -74,6 +74,8 @@ class Rollout:
     common_sampling_seed: bool
 
     def sampling_seed(self, run_seed: int, step: int, index: int) -> int | None:
+        """The `seed` member `index` of `step` hands `generate` (HF: `torch.manual_seed`; vLLM: one derived seed per
+        prompt): its own (independent, the default), or one shared by every member of the step (common)."""
         if self.temperature == 0:
             return None
         return member_seed(run_seed, step, 0 if self.common_sampling_seed else index + 1) ^ 1

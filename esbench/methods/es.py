@@ -63,8 +63,10 @@ class ESConfig(BaseModel):
     max_new_tokens: int = Field(64, gt=0, description="Rollout length limit.")
     common_sampling_seed: bool = Field(
         True,
-        description="With temperature > 0, all members sample with one seed per update (common random numbers), "
-        "so reward differences reflect the perturbation, not sampling luck (paper Table 13).",
+        description="With temperature > 0: true (default, kept so existing cell ids stand), all members sample with "
+        "one seed per update (common random numbers, which Table 13 shows changes the estimator's noise); false, each "
+        "member samples with its own seed per update, as vLLM does by default and the paper's hard ES ran "
+        "(suites/paper-hard.yaml). Greedy rollouts take no seed.",
     )
     reward_correct: float = Field(1.0, description="Reward for a correct answer.")
     reward_format: float = Field(0.1, description="Reward for an extracted but wrong answer.")
@@ -311,15 +313,21 @@ class ES(Method):
                 members = ask(cfg, ctx.seed, step)
                 before = editor.master_state() if bf16 else None
                 rewards = np.zeros((len(members), len(batch)))
+                generated = 0
                 for i, gens in enumerate(pop.roll_out(step, prompts)):
                     rewards[i] = [reward(text, row["answer"]) for (text, _), row in zip(gens, batch, strict=True)]
                     counters["rollouts"] += len(batch)
-                    counters["generated_tokens"] += sum(tokens for _, tokens in gens)
+                    generated += sum(tokens for _, tokens in gens)
+                counters["generated_tokens"] += generated
+                # compute (esbench.metrics.compute): every member's prompt tokens, as the backends encode them
+                prompt_tokens = sum(map(len, backend.tokenizer(prompts, add_special_tokens=False)["input_ids"]))
                 row = {
                     "update": step,
                     "reward_mean": float(rewards.mean()),
                     "reward_std": float(rewards.mean(axis=1).std(ddof=0)),
                     "reward_max_member": float(rewards.mean(axis=1).max()),
+                    "tokens": len(members) * prompt_tokens + generated,
+                    "tokens_generated": generated,
                 }
                 if before is not None:  # what the bf16 subtract-restores left behind, before this update
                     row["restore_residual_rms"] = editor.rms_diff(before)

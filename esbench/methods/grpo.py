@@ -3,7 +3,7 @@
 Paper: arXiv 2608.27351 compares ES against GRPO (Shao et al. 2024, DeepSeekMath) trained with the settings of its
 Table 14; esbench does not write a GRPO trainer, it maps those settings onto `trl.GRPOConfig` (ADR 0006).
 
-Table 14 -> GRPOConfig (easy setting; the hard setting adds the KL coefficient 0.001):
+Table 14 -> GRPOConfig (v2: both settings list clip 0.2 and KL coefficient 0.001):
 
 - global batch 64 prompts -> `prompts_per_rollout`; `generation_batch_size = prompts_per_rollout * G`
 - 8 responses per prompt -> `num_generations` (G) -> `num_generations`
@@ -12,12 +12,31 @@ Table 14 -> GRPOConfig (easy setting; the hard setting adds the KL coefficient 0
 - lr 1.0e-6 -> `learning_rate` (constant schedule, no warm-up)
 - T = 1.0 -> `temperature` (top_p 1.0)
 - clip 0.2 -> `clip_epsilon` -> `epsilon` and `epsilon_high` (symmetric clip)
-- KL coef 0.001 (hard) -> `kl_coef` -> `beta`
+- KL coefficient 0.001 -> `kl_coef` -> `beta` (default 0: a suite states it; the paper suites do). The form is not
+  stated (Eq. 4 has no KL term); esbench uses verl's default, `use_kl_loss` with `kl_loss_type: low_var_kl`: the k3
+  estimator exp(r) − r − 1, r = log π_ref − log π_θ per response token, added to the per-token loss with weight β
+  and aggregated with it, against a frozen reference. TRL 1.16 with `beta > 0` computes exactly that k3 and adds
+  β·k3 to the per-token loss before its aggregation (`GRPOTrainer._compute_loss`), against `ref_model`, a second
+  model it builds in `__init__` and never updates (`sync_ref_model` off). Where TRL would differ, esbench sets it
+  to verl's: `use_bias_correction_kl=False` (TRL's default multiplies k3 by the importance ratio, which changes its
+  gradient even on-policy); the reference is the weights this stage starts from (verl's `ref` loads the actor's
+  initial weights: the base model for GRPO, ES's result in ES→GRPO), not TRL's hub id without revision
+  (`reference_weights`). TRL holds the reference at the policy's dtype, the fp32 master's (an exact widening of the
+  starting weights), under the same autocast, so the KL starts at 0 up to the rounding between TRL's training and
+  no-grad forwards (tiny model: 5e-6 after ES, against 2e-4 with TRL's own reference, the base model). The cost:
+  one more model copy, 4 bytes per parameter (6 GB at 1.5B, 28 GB at 7B), and one more forward per rollout batch.
+  A bf16 reference (verl's reference worker dtype) would halve the copy but not compute like the autocast policy
+  (fp32 norms and residual stream): on the tiny model, with every advantage 0, it gave a KL of 9e-6 at the start
+  and 2e-3 one Adam step later, where the fp32 one gave 0 and 0. verl also clamps k3 to [−10, 10]; TRL does not,
+  which matters only where |log π_ref − log π_θ| > 2.5 on a token.
 - response limit 2048 / 8192 -> `max_completion_length`
 - group-relative advantage -> `scale_rewards = "group"` (mean and std within each group)
 - one pass over each rollout -> `num_iterations = 1`
 - verl's mixed precision -> a bf16 (fp16) model is trained as an fp32 master with `bf16=True` (`fp16=True`) autocast;
-  the weights handed to drift are the fp32 master's, and evaluation casts them to the suite's dtype like every cell
+  the weights handed to drift are the fp32 master's, and evaluation casts them to the suite's dtype like every cell.
+  The in-training probe (`eval.probe`) measures a copy of the master at the suite's dtype (`probes_at`), as ES's
+  probes and the evaluation see their weights, and after training the model is handed back without the forwards TRL
+  and accelerate set on it (`plain_forward`), so that evaluation and a later stage run the plain model at its dtype
 
 Where TRL has no exact equivalent: the paper does not name its loss aggregation; esbench defaults to
 `loss_type: grpo` (per-sequence length normalisation, the original GRPO objective) and lets a suite choose
@@ -42,14 +61,17 @@ from __future__ import annotations
 import contextlib
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from esbench.methods import Method, TrainContext, TrainResult
 from esbench.records import atomic_write_json
+
+if TYPE_CHECKING:
+    import torch
 
 
 class GRPOSettings(BaseModel):
@@ -63,7 +85,7 @@ class GRPOSettings(BaseModel):
     temperature: float = Field(1.0, gt=0, description="Rollout temperature (paper: 1.0).")
     top_p: float = Field(1.0, gt=0, le=1, description="Rollout nucleus threshold.")
     clip_epsilon: float = Field(0.2, gt=0, description="PPO clip range (paper: 0.2).")
-    kl_coef: float = Field(0.0, ge=0, description="KL penalty β against the reference (paper hard: 0.001).")
+    kl_coef: float = Field(0.0, ge=0, description="β of the k3 KL term vs the stage's start (paper: 0.001).")
     max_completion_length: int = Field(2048, gt=0, description="Response limit (paper: 2048 easy, 8192 hard).")
     loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"] = Field("grpo", description="TRL loss aggregation.")
     scale_rewards: Literal["group", "batch", "none"] = Field("group", description="Advantage normalisation.")
@@ -82,6 +104,7 @@ def grpo_config(
     use_cpu: bool,
     compute: str = "float32",
     vllm_rollouts: bool = False,
+    stop_token_ids: Sequence[int] = (),
 ):
     """The `trl.GRPOConfig` for `cfg` (see the table in the module docstring). `compute` is the autocast dtype over
     fp32 master weights (`bfloat16` or `float16` for a half-precision model; `float32`: no autocast).
@@ -89,6 +112,8 @@ def grpo_config(
     `vllm_rollouts`: TRL's colocated vLLM generates the rollouts (a cell on the vLLM backend on a GPU), with the
     importance-sampling correction off so the objective is the HF path's. TRL samples with its own neutral
     `SamplingParams` (top-k 0, min-p 0, repetition penalty 1). `ESBENCH_TRL_VLLM_MEMORY` sets its GPU share.
+    `stop_token_ids` (the backend's stop set) joins those `SamplingParams`; TRL's HF rollouts get it through
+    `declared_eos`.
     """
     import os
 
@@ -117,6 +142,7 @@ def grpo_config(
         epsilon=cfg.clip_epsilon,
         epsilon_high=cfg.clip_epsilon,
         beta=cfg.kl_coef,
+        use_bias_correction_kl=False,  # verl's k3, unweighted (TRL's default weights it by the importance ratio)
         max_completion_length=cfg.max_completion_length,
         loss_type=cfg.loss_type,
         scale_rewards=cfg.scale_rewards,
@@ -139,6 +165,7 @@ def grpo_config(
                 "vllm_mode": "colocate",
                 "vllm_importance_sampling_correction": False,
                 "vllm_gpu_memory_utilization": float(os.environ.get("ESBENCH_TRL_VLLM_MEMORY", "0.25")),
+                **({"generation_kwargs": {"stop_token_ids": list(stop_token_ids)}} if stop_token_ids else {}),
             }
             if vllm_rollouts
             else {}
@@ -197,12 +224,17 @@ class GRPO(Method):
                     "loss": logs.get("loss"),
                     "learning_rate": logs.get("learning_rate"),
                 }
+                if "num_tokens" in logs:  # compute (esbench.metrics.compute): prompt + completion tokens TRL rolled out
+                    row["tokens"] = int(logs["num_tokens"]) - self.tokens_seen
+                    row["tokens_generated"] = round((row["completion_length"] or 0) * args.generation_batch_size)
+                    self.tokens_seen = int(logs["num_tokens"])
                 ctx.log(row)
 
             def on_save(self, args, state, control, **kw):
                 mark_complete(out / f"checkpoint-{state.global_step}", state.global_step)
 
             def on_train_begin(self, args, state, control, **kw):
+                self.tokens_seen = state.num_input_tokens_seen  # restored with the checkpoint on a resume
                 ctx.maybe_probe(state.global_step)
 
             def on_step_end(self, args, state, control, **kw):
@@ -217,13 +249,27 @@ class GRPO(Method):
             # verl's mixed precision: a half-precision model trains as an fp32 master with autocast compute in its
             # dtype. Pure-bf16 AdamW at lr 1e-6 would round most updates away (a GRPO row that sits on Base).
             compute = str(backend.dtype).removeprefix("torch.")
+            reference = None  # the KL reference (beta > 0): the weights this stage starts from, saved at their dtype
+            if config.kl_coef > 0:
+                reference = weights if weights is not None else save_start(backend, ctx.workdir / "grpo-reference")
             if compute != "float32":
                 backend.cast(torch.float32)
             args = grpo_config(
-                config, budget, str(out), ctx.seed, use_cpu, compute=compute, vllm_rollouts=rollout_engine == "vllm"
+                config,
+                budget,
+                str(out),
+                ctx.seed,
+                use_cpu,
+                compute=compute,
+                vllm_rollouts=rollout_engine == "vllm",
+                stop_token_ids=backend.stop_token_ids,
             )
             model.train()
-            with rollout_weights(model, weights if rollout_engine == "vllm" else None):
+            with (
+                rollout_weights(model, weights if rollout_engine == "vllm" else None),
+                reference_weights(model, reference),
+                declared_eos(model, backend.stop_token_ids),
+            ):
                 trainer = GRPOTrainer(
                     model=model,
                     reward_funcs=verifier_reward,
@@ -232,13 +278,16 @@ class GRPO(Method):
                     processing_class=tokenizer,
                     callbacks=[Log()],
                 )
+            if reference is not None and reference != weights:
+                shutil.rmtree(reference, ignore_errors=True)  # TRL holds the reference model in memory now
             if rollout_engine == "vllm":
                 reseed_after_engine_start(args.seed)
             from transformers.trainer_callback import PrinterCallback
 
             trainer.remove_callback(PrinterCallback)  # metrics go to train.jsonl, not stdout
             try:
-                with backend.neutral_decoding():  # TRL's rollouts must not inherit the folder's generation_config.json
+                # TRL's rollouts must not inherit the folder's generation_config.json; probes see the suite's dtype
+                with backend.neutral_decoding(), probes_at(ctx, getattr(torch, compute)):
                     trainer.train(resume_from_checkpoint=str(last) if last else None)
                 if trainer.model is not model:
                     raise RuntimeError(
@@ -247,6 +296,7 @@ class GRPO(Method):
             finally:
                 close_trl_engine(trainer)
                 del trainer  # its optimizer state too, before the backend's engine starts again
+                plain_forward(model)
             model.eval()
         per_update = config.ppo_minibatch_prompts * config.num_generations
         counters["rollouts"] = budget * per_update
@@ -257,6 +307,10 @@ class GRPO(Method):
             "precision": "fp32-master" + (f", {compute} autocast" if compute != "float32" else ""),
             "rollout_engine": rollout_engine,
         }
+        if config.kl_coef > 0:
+            summary["kl"] = f"k3, beta {config.kl_coef}, against the stage's starting weights ({compute}, held in fp32)"
+        if ctx.probe is not None:
+            summary["probe_dtype"] = compute
         return TrainResult(updates=budget, summary=summary, **counters)
 
 
@@ -288,6 +342,111 @@ def rollout_weights(model, folder: Path | None) -> Iterator[None]:
         yield
     finally:
         model.name_or_path = saved
+
+
+def save_start(backend, folder: Path) -> Path:
+    """Save the weights GRPO starts from (at the backend's dtype, before the fp32 master cast) for TRL's reference."""
+    shutil.rmtree(folder, ignore_errors=True)
+    backend.save(folder)
+    return folder
+
+
+@contextlib.contextmanager
+def reference_weights(model, folder: Path | None) -> Iterator[None]:
+    """While TRL builds its KL reference model, point `model.config._name_or_path` at `folder`, the stage's start.
+
+    TRL 1.16 builds the reference as `create_model_from_path(model.config._name_or_path, ...)` in
+    `GRPOTrainer.__init__`: for a hub model that is the bare hub id, with no revision or subfolder (the hub's `main`,
+    not the cell's pinned commit; offline, an error), and in ES→GRPO it would be the base model instead of ES's
+    result. verl's reference is the actor's initial weights, which `folder` holds.
+    """
+    if folder is None:
+        yield
+        return
+    saved = model.config._name_or_path
+    model.config._name_or_path = str(folder)
+    try:
+        yield
+    finally:
+        model.config._name_or_path = saved
+
+
+def dtype_copy(backend, dtype: torch.dtype):
+    """An HF backend on a fresh `dtype` model holding `backend`'s weights cast once (what saving the cell at `dtype`
+    would hold): the probe's view of the fp32 master during GRPO.
+
+    Fresh, not the master cast: the master must stay fp32 under the optimizer, and it carries TRL's fused-head
+    forward and accelerate's autocast wrapper (which also returns fp32 logits), so generating on it is neither
+    `dtype` nor the plain model that evaluation and ES run. Costs one `dtype` copy of the weights while a probe runs.
+    """
+    import copy
+
+    import torch
+
+    from esbench.backends.hf import HFBackend
+
+    hf = getattr(backend, "hf", backend)  # the vLLM backend's HF copy is the master while its engine is released
+    master = hf.model
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    with torch.no_grad(), torch.random.fork_rng(devices=devices):  # the copy's init must not move TRL's RNG
+        with torch.device(master.device):
+            clone = type(master)._from_config(copy.deepcopy(master.config), dtype=dtype)
+        clone.load_state_dict(master.state_dict())  # each tensor cast once, round to nearest, as `cast` does
+    view = HFBackend(clone, hf.tokenizer, device=master.device.type, batch_size=hf.batch_size)
+    view.score_tokens, view.score_logits = hf.score_tokens, hf.score_logits
+    if hasattr(hf, "stop_token_ids"):  # the cell's stop set, read when its backend was built (not from this copy)
+        view.stop_token_ids = list(hf.stop_token_ids)
+    return view
+
+
+@contextlib.contextmanager
+def probes_at(ctx: TrainContext, dtype: torch.dtype) -> Iterator[None]:
+    """While GRPO trains, `ctx`'s probe measures a `dtype` copy of the fp32 master (`dtype_copy`): the suite's dtype,
+    as ES's probes (in the engine, or the bf16 model paper-bf16 trains) and the evaluation see their weights."""
+    import torch
+
+    probe = ctx.probe
+    if probe is None or dtype == torch.float32:
+        yield
+        return
+
+    def at_dtype(backend):
+        view = dtype_copy(backend, dtype)
+        try:
+            return probe(view)
+        finally:
+            del view
+
+    ctx.probe = at_dtype
+    try:
+        yield
+    finally:
+        ctx.probe = probe
+
+
+def plain_forward(model) -> None:
+    """Drop the forwards TRL and accelerate set on the model instance while training (TRL's fused LM head; for a
+    half-precision cell accelerate's autocast wrapper, which also returns fp32 logits), so that after GRPO the model
+    evaluates, and a later stage (ES in GRPO→ES) rolls out, as the plain model at its own dtype."""
+    model.__dict__.pop("forward", None)
+    model.__dict__.pop("_original_forward", None)
+
+
+@contextlib.contextmanager
+def declared_eos(model, ids: Sequence[int]) -> Iterator[None]:
+    """While TRL builds its trainer, the model declares the backend's stop set as its EOS ids.
+
+    TRL 1.16 reads `model.generation_config.eos_token_id` (plus the tokenizer's) once in `GRPOTrainer.__init__`;
+    that list both ends its HF rollouts (its `GenerationConfig`) and cuts each completion's mask, so GRPO stops on
+    the set the backends stop on (`esbench.backends.stop_token_ids`, which adds config.json's EOS ids).
+    """
+    config = model.generation_config
+    saved = config.eos_token_id
+    config.eos_token_id = list(ids)
+    try:
+        yield
+    finally:
+        config.eos_token_id = saved
 
 
 def reseed_after_engine_start(seed: int) -> None:

@@ -82,6 +82,14 @@ def colocate(monkeypatch):
 
     for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(var, raising=False)  # TRL sets them for vLLM; restored to unset afterwards
+    # a free port of our own: accelerate falls back to 29500 once TRL has set WORLD_SIZE, and two test processes
+    # (pytest-xdist) would then both listen on it
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("localhost", 0))  # an ephemeral port (TRL's own finder tries 29500 first: racy across processes)
+        monkeypatch.setenv("MASTER_ADDR", "localhost")
+        monkeypatch.setenv("MASTER_PORT", str(sock.getsockname()[1]))
     monkeypatch.setattr(grpo, "trl_vllm_rollouts", lambda backend: True)
     built: list[_ColocatedOnCPU] = []
 
