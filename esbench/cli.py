@@ -115,7 +115,7 @@ def cmd_run(args) -> int:
     from rich.console import Console
 
     from esbench.executors import get_executor
-    from esbench.summary import summary_table
+    from esbench.summary import claims_table, summary_table
 
     console = Console()
     root = Path(args.out) / suite.name
@@ -144,12 +144,16 @@ def cmd_run(args) -> int:
                 return 2
         failed = get_executor(args.executor)(pending, dir_of, console, jobs=args.jobs, **options)
         if failed:
-            console.print(summary_table(suite.name, _records(args.out, suite, cells)))
+            records = _records(args.out, suite, cells)
+            console.print(summary_table(suite.name, records))
+            console.print(claims_table(records))
             for c, err in failed:
                 console.print(f"[red]cell {c.id} ({c.name}) failed:[/red] {err}")
             console.print(f"details: {root / 'esbench.log'}")
             return 1
-    console.print(summary_table(suite.name, _records(args.out, suite, cells)))
+    records = _records(args.out, suite, cells)
+    console.print(summary_table(suite.name, records))
+    console.print(claims_table(records))  # the paper's claims C1-C6 with their CIs and verdicts
     return 0
 
 

@@ -139,6 +139,20 @@ def eval_entropy(backend, task_name: str, rows: list[dict[str, Any]]) -> dict[st
     return backend.token_entropy(prompts, responses)
 
 
+def entropy_per_problem(rows: list[dict[str, Any]], per_response: list[list[float]]) -> list[float | None]:
+    """Each problem's token-weighted mean entropy over its n responses (None when they have no tokens): the paired
+    evidence `esbench.claims` bootstraps for C3, in the order of `per_problem`."""
+    out, i = [], 0
+    for r in rows:
+        chunk = per_response[i : i + len(r["resps"])]
+        i += len(r["resps"])
+        tokens = sum(n for _, n in chunk)
+        out.append(sum(s for s, _ in chunk) / tokens if tokens else None)
+    if i != len(per_response):
+        raise ValueError(f"{len(per_response)} entropy rows for {i} responses")
+    return out
+
+
 def evaluate(
     backend,
     ev: EvalSpec,
@@ -176,7 +190,10 @@ def evaluate(
         metrics[t] = summarise(evidence[t]["sampled"], evidence[t].get("greedy"), ev.ks)
         metrics[t]["answer_entropy"] = answer_entropy(evidence[t]["sampled"])
         if ev.entropy:
-            metrics[t]["entropy"] = eval_entropy(backend, t, evidence[t]["sampled"])["entropy"]
+            ent = eval_entropy(backend, t, evidence[t]["sampled"])
+            metrics[t]["entropy"] = ent["entropy"]
+            if "per_response" in ent:
+                metrics[t]["entropy_per_problem"] = entropy_per_problem(evidence[t]["sampled"], ent["per_response"])
         if abs(metrics[t]["pass@1"] - lm_eval_pass1[t]) > 1e-9:
             raise RuntimeError(f"{t}: esbench pass@1 {metrics[t]['pass@1']} != lm-eval {lm_eval_pass1[t]}")
     return metrics

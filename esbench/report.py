@@ -3,8 +3,9 @@
 Tables follow the paper's layout (arXiv 2608.27351): Pass@k per task with an Average column (Table 2), Maj@k
 (Table 7), held-out change against base with paired-bootstrap CIs (Table 10), relative drift and the ES/GRPO ratio
 (Table 4, with per-group shares and where the top-100 |Δθ| fall), thresholded ES (Tables 11-12), entropy
-(Fig. 2), population JS diversity, and the bf16 rounding share of paired fp32-master / paper-bf16 cells.
-Everything is recomputed from what the records and samples hold; nothing is re-run.
+(Fig. 2), population JS diversity, the bf16 rounding share of paired fp32-master / paper-bf16 cells, and the
+verdicts on the paper's headline claims (`esbench.claims`). Everything is recomputed from what the records and
+samples hold; nothing is re-run.
 
 The numbers are gathered here (`build`); report_render.py draws them as Markdown tables and plots.
 """
@@ -16,7 +17,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from esbench import report_compute, report_experiments
+from esbench import claims, report_compute, report_experiments
 from esbench.es import BF16_MODES
 from esbench.metrics.bootstrap import paired_bootstrap
 from esbench.metrics.passk import majority_correct, pass_at_k
@@ -330,6 +331,7 @@ def build(run_dir: Path, iters: int = 2000) -> dict[str, Any]:
         "curves": _curves(records, labels),
         "experiments": report_experiments.build(records, labels),
         "compute": report_compute.build(records, labels, ks),
+        "claims": claims.evaluate(records),  # the paper's claims C1-C6: fixed resamples and seed, not `iters`
     }
     return data
 

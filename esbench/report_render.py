@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from esbench import report_compute
+from esbench import claims, report_compute
 
 
 def _fmt(x: float | None, scale: float = 100.0, digits: int = 1, sign: bool = False) -> str:
@@ -122,6 +122,7 @@ def render_markdown(data: dict[str, Any]) -> str:
     ks, tasks = acc["ks"], acc["tasks"]
     held = set(acc["held_out"])
     out = [f"# esbench report: {data['run_dir']}", "", f"{data['cells']} cells. Percentages; * = held-out task.", ""]
+    out += claims_md(data.get("claims"))
 
     cols = [f"@{k}" for k in ks]
     out += [f"## Pass@k per task (paper Table 2 layout: {' '.join(cols)})", ""]
@@ -230,6 +231,31 @@ def render_markdown(data: dict[str, Any]) -> str:
         out += _experiments_md(data["experiments"])
     out += report_compute.markdown(data.get("compute"))
     return "\n".join(out)
+
+
+def claims_md(data: dict[str, Any] | None) -> list[str]:
+    """The paper's claims C1-C6 (`esbench.claims`): each statistic with its CI and verdict, one row a claim."""
+    if not data:
+        return []
+    b = data["bootstrap"]
+    out = ["## Paper claims (arXiv 2608.27351)", ""]
+    out += [
+        f"Per-problem paired differences, {b['level']:.0%} percentile CI from {b['iters']} bootstrap resamples (seed "
+        f"{b['seed']}; over seeds, then problems, when there are several seeds). Supported: the CI lies on the "
+        "claimed side of the test's threshold; contradicted: entirely on the other side; inconclusive: it crosses. "
+        "Definitions: `esbench/claims.py` and docs/analyses.md.",
+        "",
+    ]
+    rows = claims.rows(data)
+    many = len({r["group"] for r in rows}) > 1
+    header = (["group"] if many else []) + ["claim", "statistic [95 % CI]", "test", "n", "verdict"]
+    body = [
+        ([r["group"]] if many else [])
+        + [f"{r['id']}: {r['claim']}", r["statistic"], r["test"], r["n"], f"**{r['verdict']}**"]
+        for r in rows
+    ]
+    out += [_md(header, [[c.replace("|", "\\|") for c in row] for row in body]), ""]
+    return out
 
 
 def _num(x: float | None, digits: int = 4) -> str:

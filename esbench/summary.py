@@ -27,3 +27,26 @@ def summary_table(suite: str, records: list[dict[str, Any]]) -> Table:
             )
             first = False
     return table
+
+
+VERDICT_STYLE = {"supported": "green", "contradicted": "red", "inconclusive": "yellow", "not measurable": "dim"}
+
+
+def claims_table(records: list[dict[str, Any]]) -> Table:
+    """The paper's claims on these records (`esbench.claims`), one line a claim: id, statistic ± CI, verdict."""
+    from esbench import claims
+
+    data = claims.evaluate(records)
+    rows = claims.rows(data)
+    table = Table(title="paper claims (arXiv 2608.27351)")
+    table.caption = (
+        f"95 % paired-bootstrap CI over problems (seeds, then problems, with several seeds; "
+        f"{data['bootstrap']['iters']} resamples); definitions: esbench/claims.py; the same table: `esbench report`"
+    )
+    many = len({r["group"] for r in rows}) > 1
+    for col in (["group"] if many else []) + ["claim", "statistic [95 % CI]", "test", "verdict"]:
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        verdict = f"[{VERDICT_STYLE[r['verdict']]}]{r['verdict']}[/]"
+        table.add_row(*([r["group"]] if many else []), r["id"], r["statistic"], r["test"], verdict)
+    return table

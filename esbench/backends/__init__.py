@@ -190,7 +190,7 @@ def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
     generation_config = getattr(model, "generation_config", None)
     sources = (
         getattr(tokenizer, "eos_token_id", None),
-        getattr(model.config, "eos_token_id", None),
+        getattr(getattr(model, "config", None), "eos_token_id", None),
         getattr(generation_config, "eos_token_id", None),
     )
     ids: set[int] = set()

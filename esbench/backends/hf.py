@@ -290,8 +290,9 @@ class HFBackend:
     ) -> dict:
         """Mean entropy (nats) of the full next-token distribution over each response's tokens, given its prompt.
 
-        Temperature 1 (the policy itself), teacher-forced; the token-weighted mean over all responses, and the
-        count of tokens it averages. Memory and chunking: `_per_token`.
+        Temperature 1 (the policy itself), teacher-forced; the token-weighted mean over all responses, the count
+        of tokens it averages, and `per_response`: each response's [entropy sum, tokens], so a caller can form
+        per-problem means (the paired bootstrap of `esbench.claims` C3). Memory and chunking: `_per_token`.
         """
 
         def entropy(logp: torch.Tensor, _targets: torch.Tensor) -> torch.Tensor:
@@ -301,11 +302,9 @@ class HFBackend:
         rows = self._per_token(
             prompts, responses, entropy, batch_size=batch_size, token_budget=token_budget, logit_budget=logit_budget
         )
-        total, count = 0.0, 0
-        for v in rows:
-            total += float(v.double().sum())
-            count += len(v)
-        return {"entropy": total / count if count else float("nan"), "tokens": count}
+        per_response = [[float(v.double().sum()), len(v)] for v in rows]
+        total, count = sum(s for s, _ in per_response), sum(n for _, n in per_response)
+        return {"entropy": total / count if count else float("nan"), "tokens": count, "per_response": per_response}
 
     def token_logprobs(
         self,

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from esbench import claims as paper_claims
 from esbench.leaderboard.artifact import cell_verdict
 from esbench.leaderboard.compare import compare, estimate, pooled_seed_sd, seed_sd_for
 from esbench.leaderboard.grid import method_key
@@ -61,6 +62,14 @@ class Board:
     rejected: list[Report]
     reference: list[dict[str, Any]]
     expected: dict[str, Any]
+    claims: dict[str, dict[str, Any]] = field(default_factory=dict)  # submission -> `esbench.claims.evaluate`
+
+
+def submission_claims(accepted: list[Report]) -> dict[str, dict[str, Any]]:
+    """The paper's claims C1-C6 on each verified submission's records. Their Pass@k evidence (`per_problem`) is what
+    verify matched against the samples; entropy and drift (C3, C4) are record fields it cannot recompute (reported).
+    """
+    return {r.submission.get("name", r.path.name): paper_claims.evaluate([c.record for c in r.cells]) for r in accepted}
 
 
 def flatten(obj: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -126,7 +135,7 @@ def build_board(root: Path, release: dict[str, Any]) -> Board:
     # the release's own method order (base, es, grpo, ...), plug-ins after, as the paper lays out its rows
     order = {(c["labels"]["suite"], c["labels"]["method"]): i for cells in frozen.values() for i, c in enumerate(cells)}
     entries.sort(key=lambda e: (e.submission, e.suite, e.model, order.get((e.suite, e.method), len(order)), e.method))
-    return Board(release, entries, accepted, rejected, ref_doc["values"], expected)
+    return Board(release, entries, accepted, rejected, ref_doc["values"], expected, submission_claims(accepted))
 
 
 def _no_seed(spec: dict[str, Any]) -> str:

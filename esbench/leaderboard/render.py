@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from esbench import claims as paper_claims
 from esbench.leaderboard.artifact import describe, summary
 from esbench.leaderboard.board import METRICS, NO_REF, Board, Entry
 from esbench.metrics.compute import format_flops
@@ -220,7 +221,7 @@ def markdown(board: Board) -> str:
             )
     else:
         lines.append("No verified submission yet.")
-    lines += ["", *suite_sections(board), "", "## Against the paper (arXiv 2608.27351)", ""]
+    lines += ["", *suite_sections(board), *claims_sections(board), "", "## Against the paper (arXiv 2608.27351)", ""]
     lines += [
         "Paper value, then the verified mean of the submission that maps to that row, its delta and status "
         f"(✓ reproduced, ⚠ warn, ✗ fail). Cells without a submission show the paper value only. Reference numbers: "
@@ -300,6 +301,70 @@ def suite_sections(board: Board) -> list[str]:
                 )
             out.append("")
     return out
+
+
+CLAIMS_NOTE = (
+    "Each statistic with its 95 % paired-bootstrap CI over problems (over seeds, then problems, with several "
+    "seeds), from the verified per-problem evidence; supported / contradicted: the CI lies on the claimed / the "
+    "other side of the test's threshold; inconclusive: it crosses. C3 (entropy) and C4 (drift) rest on record fields "
+    "verify cannot recompute: reported. Paper: the same statistic on the paper's tables (point values). "
+    "Definitions: `esbench/claims.py`."
+)
+
+
+def _claim_rows(board: Board, sub: str) -> list[dict[str, str]]:
+    """One row per claim and group of a submission, with its evidence and the paper's own values."""
+    paper = paper_claims.paper_values(board.reference)
+    out = []
+    for r in paper_claims.rows(board.claims.get(sub)):
+        evidence = "reported (record)" if r["id"] in paper_claims.RECORD_ONLY else "verified (samples)"
+        out.append({**r, "evidence": evidence, "paper": paper_claims.paper_text(paper.get(r["id"], []), r["id"])})
+    return out
+
+
+def claims_sections(board: Board) -> list[str]:
+    """The paper's claims (C1-C6) per submission, beside the paper's own numbers for each statistic."""
+    out: list[str] = []
+    for sub in board.claims:
+        rows = _claim_rows(board, sub)
+        out += ["", f"## Paper claims: submission `{sub}`", "", CLAIMS_NOTE, ""]
+        out.append("| group | claim | statistic [95 % CI] | test | n | verdict | evidence | paper (arXiv 2608.27351) |")
+        out.append("|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            cells = [r["group"], f"{r['id']}: {r['claim']}", r["statistic"], r["test"], r["n"]]
+            cells += [f"**{r['verdict']}**", r["evidence"], r["paper"]]
+            out.append("| " + " | ".join(_md_cell(c) for c in cells) + " |")
+    return out
+
+
+def claims_html(board: Board) -> str:
+    e = html.escape
+    parts = []
+    for sub in board.claims:
+        rows = []
+        for r in _claim_rows(board, sub):
+            cls = {"supported": "reproduced", "contradicted": "fail", "inconclusive": "warn"}.get(r["verdict"], "noref")
+            rows.append(
+                "<tr>"
+                + "".join(_td(x, cls="txt") for x in (r["group"], f"{r['id']}: {r['claim']}", r["statistic"]))
+                + _td(r["test"], cls="txt")
+                + _td(r["n"], cls="txt")
+                + f"<td class='txt'><span class='badge {cls}'>{e(r['verdict'])}</span></td>"
+                + _td(r["evidence"], cls="txt")
+                + _td(r["paper"], cls="txt")
+                + "</tr>"
+            )
+        head = "".join(
+            f"<th class='txt'>{e(h)}</th>"
+            for h in ("group", "claim", "statistic [95 % CI]", "test", "n", "verdict", "evidence", "paper")
+        )
+        parts.append(
+            f"<h3>Submission {e(sub)}</h3><div class='wrap'><table class='claims'><thead><tr>{head}</tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table></div>"
+        )
+    if not parts:
+        return ""
+    return f"<h2>Paper claims</h2><p class='muted'>{e(_plain(CLAIMS_NOTE))}</p>" + "".join(parts)
 
 
 def artifact_cell(verdicts: list[dict[str, Any]] | None, release: dict[str, Any], seeds: int = 1) -> str:
@@ -1018,6 +1083,7 @@ Release {e(rel["id"])} ({e(rel["date"])}); record schema {e(rel["record_schema"]
 <p class="muted">Mean ± SE in percent over seeds (one seed: per-problem bootstrap SE). In brackets: the delta to the
 paper. Click a column header to sort; hover a number for its source and band; "details" opens the provenance.</p>
 {table}
+{claims_html(board)}
 <h2>Pass@k curves</h2>
 <div class="plots">{figures or "<p>No plots yet.</p>"}</div>{coverage_html(cov) if cov else ""}
 <h2>Comparison rule</h2>
