@@ -23,6 +23,26 @@ def _one_thread(tmp_path_factory):
     os.environ["HF_HOME"] = str(tmp_path_factory.mktemp("hf_home"))
 
 
+# Process-wide variables that libraries set for themselves and never unset: TRL's colocated vLLM and accelerate's
+# MULTI_CPU set RANK/LOCAL_RANK/WORLD_SIZE (a later GRPO then takes the distributed path and wants MASTER_ADDR),
+# and vLLM's CPU platform puts its tcmalloc and libgomp in LD_PRELOAD (inherited by every subprocess a later test
+# starts, e.g. the scoring-memory measurement). After each test they are put back as they were when the session
+# started (module-scoped fixtures set them before any per-test snapshot), so results do not depend on which tests
+# ran before in the same process (pytest-xdist deals files to workers in varying orders).
+_LEAKY_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LD_PRELOAD")
+_SESSION_ENV = {k: os.environ.get(k) for k in _LEAKY_ENV}
+
+
+@pytest.fixture(autouse=True)
+def _restore_process_env():
+    yield
+    for k, v in _SESSION_ENV.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir():
     """The real `builtin:tiny` from the user cache (built once per machine, about two minutes)."""
