@@ -356,20 +356,26 @@ def _c1(g: Group, iters: int) -> dict[str, Any]:
     ci = paired(g, seeds, tasks, lambda r, t: _pass(r, t, 1), _diff(GRPO, ES), kinds, iters)
     out = {"parts": [_part("Pass@1(GRPO) − Pass@1(ES)", ci, 0.0, ">", "fraction")], "where": where}
     out["cells"] = g.names(kinds, seeds)
-    with_base = g.seeds([GRPO, ES, BASE])
-    if with_base:
-        out["context"] = [
-            _part(
-                f"ΔPass@1({ROLE_NAMES[k]}−base)",
-                paired(g, with_base, tasks, lambda r, t: _pass(r, t, 1), _diff(k, BASE), [k, BASE], iters),
-                0.0,
-                ">",
-                "fraction",
-            )
-            for k in (GRPO, ES)
-        ]
-        out["cells"] = g.names([BASE, *kinds], with_base)
+    _add_gains_over_base(out, g, tasks, lambda r, t: _pass(r, t, 1), (GRPO, ES), "ΔPass@1({})", kinds, iters)
     return out
+
+
+def _add_gains_over_base(out: dict, g: Group, tasks, values, order, label: str, kinds, iters: int) -> None:
+    """Each method's own gain over base as `context` (C1, C6 need no base: it cancels), where the seeds allow."""
+    with_base = g.seeds([*order, BASE])
+    if not with_base:
+        return
+    out["context"] = [
+        _part(
+            label.format(f"{ROLE_NAMES[kind]}−base"),
+            paired(g, with_base, tasks, values, _diff(kind, BASE), [kind, BASE], iters),
+            0.0,
+            ">",
+            "fraction",
+        )
+        for kind in order
+    ]
+    out["cells"] = g.names([BASE, *kinds], with_base)
 
 
 def _c2(g: Group, k: int, iters: int) -> dict[str, Any]:
@@ -506,19 +512,7 @@ def _c6(g: Group, k: int, iters: int) -> dict[str, Any]:
         "where": "held-out tasks",
         "cells": g.names(kinds, seeds),
     }
-    with_base = g.seeds([ES, GRPO, BASE])
-    if with_base:
-        out["context"] = [
-            _part(
-                f"ΔPass@{k}({ROLE_NAMES[kind]}−base), held-out mean",
-                paired(g, with_base, tasks, values, _diff(kind, BASE), [kind, BASE], iters),
-                0.0,
-                ">",
-                "fraction",
-            )
-            for kind in (ES, GRPO)
-        ]
-        out["cells"] = g.names([BASE, *kinds], with_base)
+    _add_gains_over_base(out, g, tasks, values, (ES, GRPO), f"ΔPass@{k}({{}}), held-out mean", kinds, iters)
     return out
 
 
