@@ -43,7 +43,8 @@ COPY locks/cpu.txt /opt/esbench/lock.txt
 # pycosat (reasoning-gym) is published as source only: a C compiler (and Python's headers where the base lacks them)
 # is installed for the build and removed with it; hence no pinned apt versions here.
 # hadolint ignore=DL3008
-RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
+# bubblewrap and libseccomp2 stay: they confine the model-written code that MBPP grading runs (SECURITY.md).
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev bubblewrap libseccomp2 \
     && extra="" && { python3 -c "import os, sysconfig; assert os.path.exists(sysconfig.get_path('include') + '/Python.h')" \
         || extra="python3-dev"; } \
     && if [ -n "$extra" ]; then apt-get install -y --no-install-recommends "$extra"; fi \
@@ -71,9 +72,11 @@ ENV VIRTUAL_ENV=/opt/esbench PATH=/opt/esbench/bin:$PATH PYTHONUNBUFFERED=1 UV_P
     VLLM_ENABLE_V1_MULTIPROCESSING=0 HF_HOME=/cache/huggingface ESBENCH_CACHE=/cache/esbench
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 COPY --from=uv /uv /usr/local/bin/uv
-# gcc for Triton's launcher stubs and torch.compile (a CUDA vLLM engine compiles its graph on start: enforce_eager off)
+# gcc for Triton's launcher stubs and torch.compile (a CUDA vLLM engine compiles its graph on start: enforce_eager off);
+# bubblewrap and libseccomp2 confine the model-written code that MBPP grading runs (SECURITY.md)
 # hadolint ignore=DL3008
-RUN apt-get update && apt-get install -y --no-install-recommends gcc g++ libc6-dev && rm -rf /var/lib/apt/lists/*
+RUN apt-get update && apt-get install -y --no-install-recommends gcc g++ libc6-dev bubblewrap libseccomp2 \
+    && rm -rf /var/lib/apt/lists/*
 # Ubuntu 22.04 ships Python 3.10; uv installs the CPython 3.11 the lock was resolved for
 RUN uv venv --python 3.11 /opt/esbench
 COPY locks/gpu.txt /opt/esbench/lock.txt

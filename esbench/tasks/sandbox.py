@@ -1,472 +1,578 @@
-"""Run untrusted, model-written Python (MBPP completions) with layered containment, and score MBPP unforgeably.
+"""Run untrusted, model-written Python (MBPP completions) confined by the operating system, and grade it from outside.
 
-Model-written code is hostile input. Each run gets, from the outside in:
+Model-written code is hostile input: it is also the RL training reward, so a program that fools the grader
+teaches the policy to fool it. The threat model and what each layer guarantees are in SECURITY.md.
 
-1. **Namespaces** (when the kernel allows unprivileged user namespaces, probed once): `unshare --user
-   --map-root-user --net --pid --fork --kill-child`. The new network namespace has only a downed loopback, so no
-   connection can leave; in the new PID namespace the program cannot see or signal its parent, and when its init
-   exits the kernel kills every process left inside.
-2. **rlimits** set in the child before exec: RLIMIT_CPU (CPU seconds), RLIMIT_AS (address space), RLIMIT_NPROC,
-   RLIMIT_FSIZE and RLIMIT_CORE = 0. (RLIMIT_NPROC is not enforced for uid 0; the layers below cover forks.)
-3. **A Python audit hook** (PEP 578) installed before the program runs: it refuses sockets, process creation
-   (fork, exec, spawn, subprocess, system, and the `_posixsubprocess` module, whose `fork_exec` raises no audit
-   event; a stub stands in so `import subprocess` still works), signals to other processes (`os.kill`,
-   `os.killpg`), ctypes, subinterpreters (which have no hooks), tracing and profiling, further audit hooks, the
-   gc's object walks, hand-made code objects (`types.CodeType`, `code.replace`), and any write, delete, rename,
-   mkdir, chmod or chdir of a path outside the run's working directory, and the opening of a directory outside it
-   (a `dir_fd` that relative paths would escape through). A relative path is checked as relative to the working
-   directory itself; the real base (the current directory or a `dir_fd`) can only be that directory or below it,
-   so the check errs towards refusing (`os.chdir("..")` back out of a subdirectory is refused; an absolute path
-   works). Everything the hook reads is bound into it before the program starts, as default arguments holding
-   immutable values and C functions, so the program cannot rebind its state through module globals (the guard
-   is `sys.modules["__main__"]`), builtins or module attributes (symlinks are resolved with the bound `os.lstat`
-   and `os.readlink`, not `os.path.realpath`, whose helpers can be monkeypatched), and it never calls a method
-   the program could have defined (paths are taken only as `str`/`bytes`; fds only where they are harmless).
-4. **No interpreter finalization**: the guard ends with `os._exit`, after the program and its tests, whatever
-   happened. CPython stops calling audit hooks part-way through finalizing (a `__del__` of an object left in the
-   guard module's globals runs unguarded: it could open a socket), so finalizers, and atexit handlers, never run
-   here. Output is unbuffered (`-u`), so nothing is lost.
-5. **A wall-clock timeout**, and at the end the whole process group (`start_new_session=True`) is SIGKILLed and the
-   temporary directory removed, whatever happened.
+Confinement (mode `bwrap`, the default and the only one the leaderboard accepts): each program runs under
+bubblewrap (Debian/Ubuntu package `bubblewrap`; also what Flatpak uses, so it is on most GPU nodes), chosen
+because it needs no daemon and no root (unprivileged user namespaces; as root it works too), works on a stock CI
+runner and a GPU node alike, and is a single maintained binary from the distribution:
 
-`mode()` reports which network layer is active: `"netns"` (new network namespace) or `"audit"` (the audit hook
-alone, on kernels that forbid user namespaces). Audit hooks alone are not a security boundary against native
-code; that is why ctypes is refused and the namespace layer is preferred.
+- a read-only view of the system (`/usr` and the interpreter's own prefix only: no `/etc`, `/home`, `/root`, no
+  repository, no virtualenv), with every site-packages directory masked by an empty read-only tmpfs;
+- a private writable work dir and `/tmp`, each a size-capped tmpfs that vanishes with the sandbox;
+- new user, network (no interface but a downed loopback), PID, IPC, UTS and cgroup namespaces; `--die-with-parent`
+  and the PID namespace mean nothing outlives the run: when the sandbox's init dies the kernel kills every process
+  left inside, and the whole process group is SIGKILLed at the end whatever happened;
+- a seccomp filter (libseccomp through `pyseccomp`): no new processes (fork, vfork, clone without CLONE_THREAD;
+  clone3 answers ENOSYS so threads fall back to clone), no memfd (anonymous in-memory files), no extended
+  attributes, no ptrace, keyrings, bpf, perf, userfaultfd, io_uring, mounts or new namespaces;
+- kernel-counted limits (rlimits): address space (covers every mapping, threads included, as one process is all
+  there can be), CPU seconds, file size, open files, no core dumps;
+- the interpreter starts isolated: `python -I -S -B`, so `sys.path` is the standard library alone.
 
-MBPP scoring (`run_tests`): proof of completion, not exit status
-----------------------------------------------------------------
-An exit status of 0 proves nothing: `sys.exit(0)` or `os._exit(0)` before the tests, a `SystemExit` raised by the
-function under test, an atexit handler or `sys.excepthook` that exits 0 after a failed assert, all end in 0. So a
-program passes only when the harness *receives proof that every test statement ran to its end*:
+The verdict is computed by this (trusted) process, never taken from the program's process: see `mbpp_judge`. The
+sandbox answers requests ("run these statements", "evaluate this call into the program") with plain data, and
+stdout/stderr are drained concurrently with a byte cap (past `OUTPUT_LIMIT` the program is killed: a print loop
+cannot make the grader hold gigabytes).
 
-* The program's code and the test statements are compiled separately (the same globals, as in MBPP's
-  `code + tests`). The tests are one code object, `TESTS`, whose last statement, on line `LAST`, is the epilogue
-  `__import__('sys').audit('esbench.sandbox.done')`. The guard compiles both before the program runs.
-* Only the audit hook can produce the proof, and only in answer to that event raised *from a frame running
-  `TESTS` at line `LAST` or later*: the hook checks `sys._getframe(1).f_code is TESTS` (object identity) and its
-  `f_lineno`. Straight-line code reaches its last line only after every statement before it completed: a failing
-  `assert` raises, a `SystemExit` propagates, an exit or a kill ends the process, and the program cannot jump a
-  frame's instruction pointer (that needs a trace function, and `sys.settrace`/`setprofile`/`sys.monitoring` are
-  refused). A program that raises the event itself, or makes a test line call `sys.audit` through a C callable
-  (a `functools.partial` as `__eq__`), is refused: wrong frame, or a line before `LAST`. A program that finds
-  `TESTS` (frames are reachable) can only execute it from its first line: its own exec of the tests proves
-  nothing more than the tests do.
-* The proof travels on a channel the program cannot reach. The parent listens on a Unix socket in the run's
-  directory, outside the working directory; the hook, on a genuine completion event, creates a socket, connects
-  and sends a fixed message, and the parent reads it after the child has exited. Creating a socket always raises
-  the audited `socket.__new__` event in C, and the hook allows it (and `socket.connect`) only when called from
-  itself handling a genuine completion. Nothing else in the sandbox can connect: no inherited descriptor is a
-  socket (the listener is not inheritable), process creation and subinterpreters (which have no audit hooks) are
-  refused, and finalization, when hooks are gone, never happens.
-* No secret is involved on purpose. A nonce held by the child before the tests finish can be read by the
-  program (`/proc/self/mem`, `gc`, frames); a nonce sent later would need the parent to know when the tests
-  finished, which is the question. The unforgeability is a capability (who may create a socket), not a secret.
-
-The pass rule is: proof received, exit status 0, no timeout.
-
-What remains possible, because the tests run in the program's interpreter (see ADR 0008): making a test
-expression truthy without a right answer. Objects whose `__eq__` always answers True (or `__bool__` True, or
-`__len__`, `__hash__`, `__lt__` tailored to the comparison), returning mocks; rebinding names the tests use
-(`builtins.sorted`, `set`, `math.isclose`, `round`) so both sides agree; reading the expected values from the
-test file and answering them (MBPP prompts show the tests anyway). Closing these needs the comparison out of the
-program's reach: run the tests in a separate, trusted process that calls the solution across a process boundary
-and gets back plain data (exact builtin types, checked with a `type` bound before the program ran), compared there.
-
-The proof is exactly as strong as the audit hook, and the hook is not a boundary against a program that
-corrupts its own interpreter: bytecode made by hand and loaded through `marshal` (a crafted `.pyc` imported, or
-`marshal.loads`; refusing marshal would break every import of a cached module), a native extension module with
-raw memory access, or an interpreter bug. And the hook is Python: on CPython >= 3.13, `frame.f_locals` writes
-through (PEP 667), so a program that gets control inside a running hook call (a signal handler or a gc finalizer
-that fires there) could rewrite that call's locals, and so its decision; on 3.11 and 3.12 `f_locals` is a copy
-and every object the hook holds is immutable. All of these are closed only by taking the verdict out of the
-program's process (the separate trusted process above), or the checks out of Python (seccomp).
+The weaker fallback (mode `audit`) exists only on request: `ESBENCH_SANDBOX=audit`. It runs the same guard with
+rlimits and, where the kernel allows, `unshare` network and PID namespaces, but without the read-only file system
+or seccomp: the audit hook in `sandbox_guard` is then the only file-system layer, and native code walks around a
+hook. Every record names the mode (`provenance.sandbox`); `leaderboard verify` refuses code verdicts from any mode
+but `bwrap`. Where bubblewrap cannot run and no fallback was requested, grading stops with `SandboxUnavailable`.
 """
 
 from __future__ import annotations
 
+import errno
 import functools
+import json
 import os
 import resource
+import selectors
 import shutil
 import signal
-import socket
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-# What the hook sends on the proof channel when the tests' last statement is reached. Not a secret (see above).
-_PROOF = b"esbench-sandbox: every test statement ran\n"
+from esbench import untrusted
 
-# The guard runs inside the child before the untrusted program. It must not import anything heavy. Its module
-# globals are reachable by the program (`sys.modules["__main__"]`), so nothing the hook reads lives there.
-_GUARD = r'''
-import ast, os, sys, types, _socket
-
-_EPILOGUE = "__import__('sys').audit('esbench.sandbox.done')"
-_PROOF = @PROOF@
-_DENY = ("socket.", "subprocess.", "ctypes.", "os.fork", "os.forkpty", "os.exec", "os.posix_spawn", "os.spawn",
-         "os.system", "os.kill", "os.killpg", "os.startfile", "pty.", "os.setuid", "os.setgid", "os.chroot",
-         "os.add_dll_directory", "sys.remote_exec", "webbrowser.", "ftplib.", "smtplib.", "urllib.", "http.",
-         "os.pidfd_open", "syslog.",
-         # jumping over a statement needs a trace function; finding the hook's objects needs these
-         "sys.settrace", "sys.setprofile", "sys._settraceallthreads", "sys._setprofileallthreads", "sys.monitoring",
-         "sys._current_frames", "sys._current_exceptions", "sys.addaudithook", "gc.get_objects",
-         "gc.get_referrers", "gc.get_referents", "cpython.PyInterpreterState_New",
-         # hand-made bytecode (types.CodeType, code.replace) can corrupt the interpreter
-         "code.__new__")
-# modules that act without audit events: process creation, native memory, subinterpreters, native file writers
-_REFUSED_MODULES = frozenset({
-    "_posixsubprocess", "_ctypes", "ctypes", "_xxsubinterpreters", "_xxinterpchannels", "_interpreters",
-    "_interpchannels", "_interpqueues", "_sqlite3", "_dbm", "_gdbm", "_posixshmem", "_multiprocessing",
-    "_remote_debugging"})
-# event -> indices of its path arguments (which must lie inside the working directory)
-_PATH_EVENTS = (("os.remove", (0,)), ("os.unlink", (0,)), ("os.rmdir", (0,)), ("os.mkdir", (0,)),
-                ("os.rename", (0, 1)), ("os.replace", (0, 1)), ("os.chmod", (0,)), ("os.chown", (0,)),
-                ("os.truncate", (0,)), ("os.utime", (0,)), ("os.symlink", (0, 1)), ("os.link", (0, 1)),
-                ("shutil.rmtree", (0,)), ("shutil.copyfile", (1,)), ("shutil.move", (1,)),
-                ("shutil.copytree", (1,)), ("os.mkfifo", (0,)), ("os.mknod", (0,)), ("os.chdir", (0,)))
-# events whose path may be a descriptor: chdir to an (inside) directory, truncate through a writable descriptor
-_FD_OK = ("open", "os.chdir", "os.truncate")
+GUARD = Path(__file__).with_name("sandbox_guard.py")
+ENV_MODE = "ESBENCH_SANDBOX"
+MODES = ("bwrap", "audit")
+OUTPUT_LIMIT = 8 * 1024 * 1024  # bytes of stdout+stderr before the program is killed (kept: `max_output` of each)
+MAX_REPLY = 8 * 1024 * 1024  # bytes of one answer line from the sandbox
+TMPFS_MB = 64  # size of the sandbox's /work and /tmp each
+_SANDBOX_WORK = "/work"
+_UNSHARE = ["unshare", "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child"]
 
 
-def _hook_for(root, tests, last, done):
-    """The audit hook. It reads only its arguments and defaults: immutable values and C functions."""
-
-    def hook(event, args, *, _root=root, _rootsep=root + "/", _tests=tests, _last=last, _done=done,
-             _proof=_PROOF, _deny=_DENY, _refused=_REFUSED_MODULES, _paths=_PATH_EVENTS, _fd_ok=_FD_OK,
-             _write_flags=os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND,
-             _getframe=sys._getframe, _lstat=os.lstat, _stat=os.stat, _readlink=os.readlink,
-             _fmt=0o170000, _lnk=0o120000, _dir=0o040000, _type=type, _issub=issubclass, _len=len,
-             _str=str, _bytes=bytes, _int=int, _join=str.join, _bjoin=bytes.join, _decode=bytes.decode,
-             _enc=sys.getfilesystemencoding(), _errors=sys.getfilesystemencodeerrors(),
-             _Perm=PermissionError, _OSError=OSError, _ValueError=ValueError,
-             _sock=_socket.socket, _AF_UNIX=_socket.AF_UNIX, _STREAM=_socket.SOCK_STREAM):
-        if event == "object.__getattr__" or event == "sys._getframe":
-            return  # the frequent ones, and the ones the checks below raise themselves
-        if event.startswith(_deny):
-            if event.startswith("socket.") and _tests is not None:
-                # allowed only to this hook handling a genuine completion: caller = TESTS at its last line
-                me = _getframe(0)
-                outer = me.f_back
-                caller = outer.f_back if outer is not None else None
-                if (caller is not None and outer.f_code is me.f_code and caller.f_code is _tests
-                        and (caller.f_lineno or 0) >= _last):
-                    return
-            raise _Perm("sandbox: " + event + " is not allowed")
-        if event == "esbench.sandbox.done":
-            caller = _getframe(1)
-            if _tests is None or caller.f_code is not _tests or (caller.f_lineno or 0) < _last:
-                raise _Perm("sandbox: completion signalled outside the harness")
-            s = _sock(_AF_UNIX, _STREAM)
-            try:
-                s.settimeout(5)
-                s.connect(_done)
-                s.sendall(_proof)
-            finally:
-                s.close()
-            return
-        if event == "import":
-            name = args[0]
-            if _type(name) is not _str:
-                name = _join("", (name,)) if _issub(_type(name), _str) else ""
-            if name.partition(".")[0] in _refused or name.startswith(("_test", "_xx")):
-                raise _Perm("sandbox: importing " + name + " is not allowed")
-            return
-        if event == "open":
-            mode, flags = args[1], args[2]
-            writing = (mode is not None and ("w" in mode or "a" in mode or "x" in mode or "+" in mode)) or (
-                flags is not None and flags & _write_flags != 0)
-            todo = (args[0],)
-        else:
-            where = None
-            for name, indices in _paths:
-                if name == event:
-                    where = indices
-                    break
-            if where is None:
-                return
-            writing, n, todo = True, _len(args), ()
-            for i in where:
-                if i < n:
-                    todo = todo + (args[i],)
-        for p in todo:
-            if p is None:
-                continue
-            t = _type(p)
-            if t is not _str:
-                if t is _bytes or _issub(t, _bytes):
-                    p = _decode(_bjoin(b"", (p,)), _enc, _errors)
-                elif _issub(t, _str):
-                    p = _join("", (p,))
-                elif _issub(t, _int) and event in _fd_ok:
-                    continue  # an open descriptor: opening it was checked
-                else:
-                    raise _Perm("sandbox: " + event + " needs a str or bytes path here")
-            if not writing:  # a read: only directories matter (a dir_fd outside would escape the path checks)
-                try:
-                    if _stat(p).st_mode & _fmt != _dir:
-                        continue
-                except (_OSError, _ValueError):
-                    continue
-            # resolve symlinks like os.path.realpath, with the bound os.lstat/os.readlink
-            todo_parts = (p if p.startswith("/") else _root + "/" + p).split("/")
-            todo_parts.reverse()
-            cur, hops, inside = "", 0, True
-            while todo_parts:
-                c = todo_parts.pop()
-                if c == "" or c == ".":
-                    continue
-                if c == "..":
-                    cur = cur[: cur.rfind("/")] if cur else ""
-                    continue
-                nxt = cur + "/" + c
-                try:
-                    st = _lstat(nxt)
-                except (_OSError, _ValueError):
-                    cur = nxt
-                    continue
-                if st.st_mode & _fmt != _lnk:
-                    cur = nxt
-                    continue
-                hops += 1
-                try:
-                    target = _readlink(nxt)
-                except (_OSError, _ValueError):
-                    target = None
-                if hops > 40 or target is None:
-                    inside = False
-                    break
-                if target.startswith("/"):
-                    cur = ""
-                more = target.split("/")
-                more.reverse()
-                todo_parts.extend(more)
-            real = cur or "/"
-            if not inside or not (real == _root or real.startswith(_rootsep)):
-                raise _Perm("sandbox: " + event + " outside the working directory: " + p)
-
-    return hook
-
-
-def _refuse_process(*args, **kwargs):
-    raise PermissionError("sandbox: process creation is not allowed")
-
-
-def _main(_exit=os._exit, _sys=sys, _exec=exec, _SystemExit=SystemExit, _isinstance=isinstance, _int=int):
-    code = 1
-    try:
-        try:
-            with open(sys.argv[1], encoding="utf-8") as f:
-                spec = ast.literal_eval(f.read())
-            root = os.path.realpath(os.getcwd())
-            g = {"__name__": "__main__", "__builtins__": __builtins__}
-            setup = compile("\n".join(spec["imports"]), "imports.py", "exec", dont_inherit=True)
-            program = compile(spec["program"], "program.py", "exec", dont_inherit=True)
-            tests = last = None
-            if spec["tests"] is not None:
-                tree = ast.parse("\n".join(spec["tests"]) + "\n" + _EPILOGUE, "tests.py")
-                if ast.dump(tree.body[-1]) != ast.dump(ast.parse(_EPILOGUE).body[0]):
-                    raise SystemError("sandbox: the tests do not end where the epilogue starts")
-                last = tree.body[-1].lineno
-                tests = compile(tree, "tests.py", "exec", dont_inherit=True, optimize=0)  # asserts kept
-            # subprocess imports it at import time; a stub keeps `import subprocess` working (Popen is refused)
-            stub = types.ModuleType("_posixsubprocess")
-            stub.fork_exec = _refuse_process
-            sys.modules["_posixsubprocess"] = stub
-            sys.addaudithook(_hook_for(root, tests, last, spec["done"]))
-            sys.argv = ["program.py"]
-            _exec(setup, g)
-            _exec(program, g)
-            if tests is not None:
-                _exec(tests, g)
-            code = 0
-        except _SystemExit as e:
-            c = e.code
-            if c is None:
-                code = 0
-            elif _isinstance(c, _int):
-                code = c & 0xFF
-            else:
-                try:
-                    print(c, file=_sys.stderr)
-                finally:
-                    code = 1
-        except:  # noqa: E722 (bare: no name the program could rebind)
-            code = 1
-            _sys.excepthook(*_sys.exc_info())
-    finally:
-        _exit(code)  # never finalize: CPython drops audit hooks while finalizing
-
-
-_main()
-'''
+class SandboxUnavailable(RuntimeError):
+    """Grading model-written code was asked for where the confined mode cannot run, and no weaker mode was chosen."""
 
 
 @dataclass(frozen=True)
 class SandboxResult:
-    returncode: int | None  # None when killed for the wall-clock timeout
+    returncode: int | None  # 0: every request answered ok; None: killed at the wall-clock timeout
     stdout: str
     stderr: str
     timed_out: bool
     seconds: float
-    tests_completed: bool | None = None  # run_mbpp_tests: proof received that every test statement ran
+    tests_completed: bool | None = None  # MBPP grading: every test statement held, as judged by the parent
+    failure: str | None = None  # why not: the first failed statement, an error, "timeout", "output limit", ...
 
     @property
     def passed(self) -> bool:
         return self.returncode == 0 and not self.timed_out and self.tests_completed is not False
 
 
-_UNSHARE = ["unshare", "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child"]
+# ------------------------------------------------------------------------------------------------------------------
+# modes
+
+
+def requested_mode() -> str:
+    want = os.environ.get(ENV_MODE, "").strip() or "bwrap"
+    if want not in MODES:
+        raise SandboxUnavailable(f"{ENV_MODE}={want!r}: expected one of {', '.join(MODES)}")
+    return want
 
 
 @functools.cache
-def mode() -> str:
-    """`netns` when a new user+network+PID namespace can be created here, else `audit` (hook only)."""
-    if sys.platform != "linux" or shutil.which("unshare") is None:
-        return "audit"
+def _bwrap_probe() -> str | None:
+    """None when the confined sandbox starts and runs the interpreter here; else why not (one line)."""
+    if sys.platform != "linux":
+        return "bubblewrap needs Linux"
+    if shutil.which("bwrap") is None:
+        return "bubblewrap (bwrap) is not installed"
     try:
-        r = subprocess.run([*_UNSHARE, "true"], capture_output=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
+        _seccomp_filter()
+    except Exception as e:  # noqa: BLE001 (libseccomp missing or refusing: said in the reason)
+        return f"no seccomp filter: {type(e).__name__}: {e}"
+    try:
+        with _Sandbox(timeout=20, memory_mb=512, max_output=4000) as box:
+            box.request({"op": "exec", "src": "pass"})
+    except _Stop as e:
+        return f"bwrap could not start the interpreter: {e}: {box.stderr()[-300:].strip()}"
+    except OSError as e:
+        return f"bwrap could not start: {e}"
+    return None
+
+
+def mode() -> str:
+    """`bwrap` (confined) when it works here, `audit` when requested by ESBENCH_SANDBOX, else `unavailable`."""
+    if requested_mode() == "audit":
         return "audit"
-    return "netns" if r.returncode == 0 else "audit"
+    return "bwrap" if _bwrap_probe() is None else "unavailable"
 
 
-def _limits(cpu_s: int, memory_mb: int, max_procs: int, max_file_mb: int):
+def describe() -> dict[str, Any]:
+    """What every record's provenance says about code grading (`provenance.sandbox`): the mode in force and, when
+    the confined mode is unavailable, why."""
+    try:
+        m = mode()
+    except SandboxUnavailable as e:
+        return {"mode": "invalid", "reason": str(e)}
+    out: dict[str, Any] = {"mode": m}
+    if m == "unavailable":
+        out["reason"] = _bwrap_probe()
+    if m == "bwrap":
+        out["bwrap"] = _bwrap_version()
+    return out
+
+
+@functools.cache
+def _bwrap_version() -> str | None:
+    try:
+        return subprocess.run(["bwrap", "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def require() -> str:
+    """The mode to grade in; raises SandboxUnavailable (with the fix) when there is none."""
+    m = mode()
+    if m == "unavailable":
+        raise SandboxUnavailable(
+            f"grading model-written code needs bubblewrap confinement, which cannot run here ({_bwrap_probe()}). "
+            "Install it (Debian/Ubuntu: apt-get install bubblewrap; the user-namespace sysctl must allow it; in a "
+            "container, run it with user namespaces permitted), or accept the weaker audit-hook mode by name with "
+            f"{ENV_MODE}=audit: it is recorded in every record and the leaderboard refuses its verdicts"
+        )
+    return m
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# the confined command
+
+
+@functools.cache
+def _seccomp_filter() -> bytes:
+    """The BPF program bubblewrap loads before it execs the interpreter (see the module docstring)."""
+    import pyseccomp as sc
+
+    f = sc.SyscallFilter(sc.ALLOW)
+    deny = sc.ERRNO(errno.EPERM)
+    for name in (
+        "fork",
+        "vfork",
+        "memfd_create",
+        "ptrace",
+        "process_vm_readv",
+        "process_vm_writev",
+        "keyctl",
+        "add_key",
+        "request_key",
+        "bpf",
+        "perf_event_open",
+        "userfaultfd",
+        "io_uring_setup",
+        "io_uring_enter",
+        "io_uring_register",
+        "mount",
+        "umount2",
+        "pivot_root",
+        "chroot",
+        "unshare",
+        "setns",
+        "kexec_load",
+        "init_module",
+        "finit_module",
+        "delete_module",
+        "setxattr",
+        "lsetxattr",
+        "fsetxattr",
+        "removexattr",
+        "lremovexattr",
+        "fremovexattr",
+        "open_by_handle_at",
+        "name_to_handle_at",
+        "personality",
+        "acct",
+        "swapon",
+        "swapoff",
+        "reboot",
+        "syslog",
+    ):
+        try:
+            f.add_rule(deny, name)
+        except (OSError, RuntimeError, ValueError):  # not a syscall on this architecture (arm64 has no fork)
+            pass
+    clone_thread = 0x00010000
+    f.add_rule(deny, "clone", sc.Arg(0, sc.MASKED_EQ, clone_thread, 0))  # a new process, not a thread
+    f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")  # flags behind a pointer: glibc falls back to clone
+    return _export(f)
+
+
+@functools.cache
+def _native_lock_filter() -> bytes:
+    """The program the guard loads itself once the interpreter's own extension modules are mapped: no new
+    executable mapping (mmap/mprotect with PROT_EXEC), no exec. No code can be added to the process after it."""
+    import pyseccomp as sc
+
+    f = sc.SyscallFilter(sc.ALLOW)
+    prot_exec = 0x4
+    for name in ("mmap", "mprotect", "pkey_mprotect"):
+        f.add_rule(sc.ERRNO(errno.EACCES), name, sc.Arg(2, sc.MASKED_EQ, prot_exec, prot_exec))
+    for name in ("execve", "execveat"):
+        f.add_rule(sc.ERRNO(errno.EPERM), name)
+    return _export(f)
+
+
+def _export(f: Any) -> bytes:
+    r, w = os.pipe()
+    try:
+        with os.fdopen(w, "wb", closefd=False) as fh:
+            f.export_bpf(fh)
+        os.close(w)
+        w = -1
+        return _read_all(r)
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 1 << 16):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _site_dirs() -> list[str]:
+    """Every site-packages/dist-packages directory the interpreter could be pointed at, to mask."""
+    base = {"base": sys.base_prefix, "platbase": sys.base_exec_prefix}
+    found = {sysconfig.get_path(k, vars=base) for k in ("purelib", "platlib")}
+    for root in ("/usr/lib", "/usr/local/lib", "/usr/lib64"):
+        for p in Path(root).glob("python3*/*-packages"):
+            found.add(str(p))
+    found.add("/usr/lib/python3/dist-packages")
+    return sorted(p for p in found if os.path.isdir(p))
+
+
+def _interpreter() -> str:
+    return os.path.realpath(sys.executable)
+
+
+def _bwrap_argv(seccomp_fd: int) -> list[str]:
+    argv = [
+        "bwrap",
+        "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",
+        "--uid",
+        "65534",
+        "--gid",
+        "65534",
+        "--hostname",
+        "sandbox",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--clearenv",
+    ]
+    bound: list[str] = []
+    for d in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(d):
+            argv += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d):
+            argv += ["--ro-bind", d, d]
+            bound.append(d)
+    for extra in (os.path.realpath(sys.base_prefix), os.path.dirname(_interpreter())):
+        if not any(extra == b or extra.startswith(b + "/") for b in bound):
+            argv += ["--ro-bind", extra, extra]
+            bound.append(extra)
+    for site in _site_dirs():
+        if any(site.startswith(b + "/") for b in bound):
+            argv += ["--tmpfs", site, "--remount-ro", site]
+    argv += [
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--size",
+        str(1 << 20),
+        "--tmpfs",
+        "/dev/shm",
+        "--remount-ro",
+        "/dev",
+        "--size",
+        str(TMPFS_MB << 20),
+        "--tmpfs",
+        "/tmp",
+        "--size",
+        str(TMPFS_MB << 20),
+        "--tmpfs",
+        _SANDBOX_WORK,
+        "--ro-bind",
+        str(GUARD),
+        "/esbench/guard.py",
+        "--chdir",
+        _SANDBOX_WORK,
+        "--setenv",
+        "HOME",
+        _SANDBOX_WORK,
+        "--setenv",
+        "TMPDIR",
+        "/tmp",
+        "--setenv",
+        "LANG",
+        "C.UTF-8",
+        "--setenv",
+        "PATH",
+        "/usr/bin:/bin",
+        "--seccomp",
+        str(seccomp_fd),
+    ]
+    return argv
+
+
+@functools.cache
+def _unshare_works() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    try:
+        return subprocess.run([*_UNSHARE, "true"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _limits(cpu_s: int, memory_mb: int, nproc: int | None):
     def apply() -> None:
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
         mem = memory_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-        resource.setrlimit(resource.RLIMIT_NPROC, (max_procs, max_procs))
-        size = max_file_mb * 1024 * 1024
+        size = 16 * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if nproc is not None:  # the audit mode's only bound on forks (not enforced for root: see SECURITY.md)
+            resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
 
     return apply
 
 
-def run_python(
-    code: str,
-    *,
-    timeout: float = 10.0,
-    memory_mb: int = 1024,
-    max_procs: int = 64,
-    max_file_mb: int = 16,
-    max_output: int = 64_000,
-) -> SandboxResult:
-    """Run `code` as a script in a fresh sandbox and return its exit status and (truncated) output."""
-    return _run(code, None, None, timeout, memory_mb, max_procs, max_file_mb, max_output)
+# ------------------------------------------------------------------------------------------------------------------
+# one sandboxed interpreter, driven by requests
 
 
-def run_mbpp_tests(
-    code: str, tests: list[str], imports: list[str] | tuple[str, ...] = (), timeout: float = 10.0
-) -> SandboxResult:
-    """MBPP protocol: run `imports`, then `code`, then the `assert` statements `tests` in the same globals. The
-    result's `tests_completed` says whether the harness received proof that every test statement ran to its end;
-    `passed` requires it, exit status 0 and no timeout."""
-    return _run(code, list(tests), list(imports), timeout, 1024, 64, 16, 64_000)
+class _Stop(Exception):
+    """The sandbox can answer no more: timeout, output limit, an oversized or malformed answer, or it died."""
 
 
-def run_tests(code: str, tests: list[str], imports: list[str] | tuple[str, ...] = (), timeout: float = 10.0) -> bool:
-    """MBPP protocol: True when every test statement ran to its end (proved, see the module docstring) and the
-    program then exited with status 0."""
-    return run_mbpp_tests(code, tests, imports, timeout).passed
+class _Sandbox:
+    """A confined interpreter running `sandbox_guard`, with the pipes to it pumped under one deadline."""
 
-
-def _run(
-    code: str,
-    tests: list[str] | None,
-    imports: list[str] | None,
-    timeout: float,
-    memory_mb: int,
-    max_procs: int,
-    max_file_mb: int,
-    max_output: int,
-) -> SandboxResult:
-    """`tests=None`: run `code` as a script. Else run `imports`, `code`, then `tests`, and listen for the proof."""
-    base = Path(tempfile.mkdtemp(prefix="esbench-sandbox-"))
-    extra: Path | None = None  # a short directory for the socket when `base` is too deep for a socket path
-    listener: socket.socket | None = None
-    try:
-        work = base / "work"
-        work.mkdir()
-        done = None
-        if tests is not None:
-            sock_dir = base
-            if len(os.fsencode(str(base / "done"))) > 100:  # sun_path holds 108 bytes
-                sock_dir = extra = Path(tempfile.mkdtemp(prefix="esbench-sandbox-", dir="/tmp"))
-            done = str(sock_dir / "done")
-            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # not inheritable
-            listener.bind(done)
-            listener.listen(4)
-        (base / "guard.py").write_text(_GUARD.replace("@PROOF@", repr(_PROOF)))
-        spec = {"program": code, "imports": imports or [], "tests": tests, "done": done}
-        (base / "spec.txt").write_text(repr(spec), encoding="utf-8")
-        cmd = [sys.executable, "-I", "-B", "-u", str(base / "guard.py"), str(base / "spec.txt")]
-        if mode() == "netns":
-            cmd = [*_UNSHARE, *cmd]
-        env = {"PATH": "/usr/bin:/bin", "HOME": str(work), "TMPDIR": str(work), "LANG": "C.UTF-8"}
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(
-            cmd,
-            cwd=work,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            preexec_fn=_limits(max(1, int(timeout)), memory_mb, max_procs, max_file_mb),
-        )
-        timed_out = False
+    def __init__(
+        self, timeout: float, memory_mb: int = 1024, max_output: int = 64_000, mode: str = "bwrap", hook: bool = True
+    ):
+        self.deadline = time.monotonic() + timeout
+        self.max_output = max_output
+        self.t0 = time.perf_counter()
+        self.timed_out = False
+        self.reason: str | None = None
+        self._out, self._err, self._total = bytearray(), bytearray(), 0
+        self._reply = bytearray()
+        self._host_dir: str | None = None
+        req_r, self._req_w = os.pipe()
+        self._rep_r, rep_w = os.pipe()
+        child_fds = [req_r, rep_w]
+        cpu = max(1, int(timeout))
+        # the guard loads these itself (see sandbox_guard._lock_native); in bwrap mode bubblewrap loaded the first
+        filters = [_native_lock_filter()] if mode == "bwrap" else [_seccomp_filter(), _native_lock_filter()]
+        lock_fd = _pipe_with(b"".join(len(b).to_bytes(4, "little") + b for b in filters))
+        child_fds.append(lock_fd)
+        guard_args = [str(req_r), str(rep_w), f"--filters={lock_fd}"] + ([] if hook else ["--no-hook"])
+        if mode == "bwrap":
+            sec_r = _pipe_with(_seccomp_filter())
+            child_fds.append(sec_r)
+            py = ["/esbench/guard.py"]
+            cmd, cwd, env, nproc = _bwrap_argv(sec_r), None, {"PATH": "/usr/bin:/bin"}, None
+        else:  # audit: the guard on the host, in a private temporary dir
+            self._host_dir = tempfile.mkdtemp(prefix="esbench-sandbox-")
+            work = os.path.join(self._host_dir, "work")
+            os.mkdir(work)
+            py = [str(GUARD)]
+            cmd = _UNSHARE if _unshare_works() else []
+            cwd, nproc = work, _user_tasks() + 16
+            env = {"PATH": "/usr/bin:/bin", "HOME": work, "TMPDIR": work, "LANG": "C.UTF-8"}
+        argv = [*cmd, _interpreter(), "-I", "-S", "-B", "-u", *py, *guard_args]
         try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(proc.pid)
-            out, err = proc.communicate()
+            self.proc = subprocess.Popen(
+                argv,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=child_fds,
+                start_new_session=True,
+                preexec_fn=_limits(cpu, memory_mb, nproc),
+            )
         finally:
-            _kill_group(proc.pid)  # anything the program left running in its group dies with it
-        return SandboxResult(
-            returncode=None if timed_out else proc.returncode,
-            stdout=out.decode(errors="replace")[:max_output],
-            stderr=err.decode(errors="replace")[-max_output:],
-            timed_out=timed_out,
-            seconds=time.perf_counter() - t0,
-            tests_completed=None if listener is None else _proof_received(listener),
-        )
-    finally:
-        if listener is not None:
-            listener.close()
-        shutil.rmtree(base, ignore_errors=True)
-        if extra is not None:
-            shutil.rmtree(extra, ignore_errors=True)
+            for fd in child_fds:
+                os.close(fd)
+        self._sel = selectors.DefaultSelector()
+        for fh in (self.proc.stdout, self.proc.stderr):
+            os.set_blocking(fh.fileno(), False)
+            self._sel.register(fh.fileno(), selectors.EVENT_READ)
+        os.set_blocking(self._rep_r, False)
+        os.set_blocking(self._req_w, False)
+        self._sel.register(self._rep_r, selectors.EVENT_READ)
 
+    def __enter__(self) -> _Sandbox:
+        return self
 
-def _proof_received(listener: socket.socket) -> bool:
-    """After the child is gone: did the first connection to the proof socket carry exactly the proof message?"""
-    listener.setblocking(False)
-    try:
-        conn, _ = listener.accept()
-    except OSError:  # BlockingIOError: nobody connected
-        return False
-    with conn:
-        conn.setblocking(False)
-        data = b""
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _pump(self, pending: bytes = b"") -> bytes:
+        """Write `pending` to the request pipe while draining output; return the remaining unwritten bytes once
+        written, or when nothing is pending, the next answer line."""
+        while True:
+            if not pending and b"\n" in self._reply:
+                line, _, rest = bytes(self._reply).partition(b"\n")
+                self._reply = bytearray(rest)
+                return line
+            if pending:
+                try:
+                    pending = pending[os.write(self._req_w, pending) :]
+                except BlockingIOError:
+                    pass
+                except BrokenPipeError:
+                    raise _Stop("the sandbox exited") from None
+                if not pending:
+                    return b""
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                self.timed_out = True
+                raise _Stop("timeout")
+            for key, _ in self._sel.select(min(left, 0.05) if pending else left):
+                fd = key.fd
+                try:
+                    data = os.read(fd, 1 << 16)
+                except BlockingIOError:
+                    continue
+                if not data:
+                    self._sel.unregister(fd)
+                    if fd == self._rep_r:
+                        raise _Stop("the sandbox exited")
+                    continue
+                if fd == self._rep_r:
+                    self._reply += data
+                    if len(self._reply) > MAX_REPLY:
+                        raise _Stop("an answer over the size limit")
+                    continue
+                self._total += len(data)
+                buf = self._out if fd == self.proc.stdout.fileno() else self._err
+                if len(buf) < self.max_output:
+                    buf += data[: self.max_output - len(buf)]
+                if self._total > OUTPUT_LIMIT:
+                    raise _Stop("output limit")
+
+    def request(self, req: dict[str, Any]) -> dict[str, Any]:
+        """Send one request and return the sandbox's answer, parsed strictly (raises _Stop)."""
+        self._pump((json.dumps(req) + "\n").encode())
+        line = self._pump()
         try:
-            while len(data) <= len(_PROOF):
-                chunk = conn.recv(256)
-                if not chunk:
-                    break
-                data += chunk
-        except OSError:  # the sender never finished
-            return False
-    return data == _PROOF
+            ans = untrusted.loads(line.decode("utf-8", errors="strict"), what="sandbox answer", max_depth=128)
+        except (UnicodeDecodeError, untrusted.UntrustedInputError) as e:
+            raise _Stop(f"a malformed answer ({e})") from None
+        if not isinstance(ans, dict) or type(ans.get("ok")) is not bool:
+            raise _Stop("a malformed answer")
+        return ans
+
+    def stdout(self) -> str:
+        return self._out.decode(errors="replace")
+
+    def stderr(self) -> str:
+        return self._err.decode(errors="replace")
+
+    def seconds(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def close(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # bwrap's group; its PID namespace dies with it
+        except (ProcessLookupError, PermissionError, AttributeError):
+            pass
+        if hasattr(self, "proc"):
+            self.proc.wait()
+            self._sel.close()
+            self.proc.stdout.close()
+            self.proc.stderr.close()
+        for fd in (self._req_w, self._rep_r):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        if self._host_dir is not None:
+            shutil.rmtree(self._host_dir, ignore_errors=True)
 
 
-def _kill_group(pgid: int) -> None:
+def _pipe_with(data: bytes) -> int:
+    """The read end of a pipe holding `data` (a few hundred bytes: fits the pipe buffer), write end closed."""
+    r, w = os.pipe()
     try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+        os.write(w, data)
+    finally:
+        os.close(w)
+    return r
+
+
+def _user_tasks() -> int:
+    """Tasks (processes and threads) of this real uid: RLIMIT_NPROC counts them all; the cap is this plus a margin."""
+    uid, n = os.getuid(), 0
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                if os.stat(f"/proc/{d}").st_uid == uid:
+                    n += len(os.listdir(f"/proc/{d}/task"))
+            except OSError:
+                pass
+    return n
+
+
+def session(timeout: float, memory_mb: int = 1024, max_output: int = 64_000) -> _Sandbox:
+    """A sandboxed interpreter in the mode in force (raises SandboxUnavailable when there is none)."""
+    return _Sandbox(timeout, memory_mb, max_output, mode=require())
+
+
+def run_python(code: str, *, timeout: float = 10.0, memory_mb: int = 1024, max_output: int = 64_000) -> SandboxResult:
+    """Run `code` as a script in a fresh sandbox; `passed` when it ran to its end without an exception."""
+    box = session(timeout, memory_mb, max_output)
+    failure = None
+    try:
+        ans = box.request({"op": "exec", "src": code, "file": "program.py"})
+        failure = None if ans["ok"] else str(ans.get("error"))[:500]
+    except _Stop as e:
+        failure = str(e)
+    finally:
+        box.close()
+    err = box.stderr() + ("" if failure is None else f"\n{failure}\n")
+    return SandboxResult(
+        returncode=None if box.timed_out else (0 if failure is None else 1),
+        stdout=box.stdout(),
+        stderr=err,
+        timed_out=box.timed_out,
+        seconds=box.seconds(),
+        failure=failure,
+    )
