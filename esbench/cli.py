@@ -39,6 +39,16 @@ def _select(suite: Suite, only: str | None):
     return cells
 
 
+def _out_problem(command: str, *folders: Path) -> str | None:
+    """An `--out` (or a folder under it) that exists but is not a folder: refused before anything is written."""
+    from esbench.suite_yaml import printable
+
+    for folder in folders:
+        if os.path.lexists(folder) and not folder.is_dir():
+            return printable(f"esbench {command}: --out {folder}: exists and is not a folder")
+    return None
+
+
 def cmd_validate(args) -> int:
     suite = _load(args.suite)
     print(f"{args.suite}: valid suite {suite.name!r} with {len(suite.cells())} cells")
@@ -47,6 +57,9 @@ def cmd_validate(args) -> int:
 
 def cmd_plan(args) -> int:
     suite = _load(args.suite)
+    if problem := _out_problem("plan", Path(args.out), Path(args.out) / suite.name):
+        print(problem, file=sys.stderr)
+        return EXIT_INVALID
     rows = []
     for c in _select(suite, args.only):
         s = c.spec
@@ -107,6 +120,9 @@ def _execution_env(args) -> None:
 def cmd_run(args) -> int:
     suite = _load(args.suite)
     cells = _select(suite, args.only)
+    if problem := _out_problem("run", Path(args.out), Path(args.out) / suite.name):
+        print(problem, file=sys.stderr)
+        return EXIT_INVALID
     _execution_env(args)
     # library progress bars (lm-eval requests, weight loading) would drown the rich progress display
     os.environ.setdefault("TQDM_DISABLE", "1")
@@ -207,30 +223,29 @@ def _records(out: str, suite: Suite, cells):
 def cmd_run_cell(args) -> int:
     """One cell from its frozen `cell.json` into DIR: the seam that executors and container runtimes call."""
     from esbench.records import CellBusy, CellDir
-    from esbench.runner import run_cell_file
+    from esbench.runner import check_cell_dir, run_cell
+    from esbench.spec import load_cell_json
+    from esbench.suite_yaml import printable
 
     _execution_env(args)
     if args.container_digest:
         from esbench import provenance
 
         provenance.CONTAINER.update(image=args.container_image, digest=args.container_digest)
-    cell_json = Path(args.cell_json)
+    cell_json, out = Path(args.cell_json), Path(args.out)
+    # cell.json is untrusted input: bounded strict reading and the suite's validation, then a folder that is this
+    # cell's (or new), all before any model loads or any file is written
     try:
-        spec = json.loads(cell_json.read_text())
-        if not isinstance(spec, dict) or not {"spec", "labels"} <= set(spec):
-            raise ValueError("expected an object with 'spec' and 'labels' (a cell.json written by esbench)")
-        from esbench.spec import Cell
-
-        Cell.from_json(spec).typed  # noqa: B018  (validates the spec before anything runs)
-    except (OSError, ValueError) as e:  # pydantic's ValidationError is a ValueError
-        print(f"esbench run-cell: {cell_json}: {e}", file=sys.stderr)
+        cell = load_cell_json(cell_json)
+        check_cell_dir(cell, out)
+    except (OSError, ValueError) as e:  # UntrustedInputError, CellError and ForeignCellDir are ValueErrors
+        print(f"esbench run-cell: {printable(str(e))}", file=sys.stderr)
         return EXIT_INVALID
     os.environ.setdefault("TQDM_DISABLE", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    out = Path(args.out)
     _setup_logging(CellDir(out).log)
     try:
-        record = run_cell_file(cell_json, out, on_stage=lambda s: print(f"{spec['name']}: {s}", flush=True))
+        record = run_cell(cell, out, on_stage=lambda s: print(f"{cell.name}: {s}", flush=True))
     except CellBusy as e:
         print(f"esbench run-cell: {e}", file=sys.stderr)
         return 1

@@ -102,6 +102,27 @@ def _build_info() -> dict[str, Any]:
         return {}
 
 
+# Environment variables that change what a cell evaluates or how it is graded, whatever its spec says: the cell id
+# does not see them, so every record names those that are set (`env_overrides`) and `leaderboard verify` can refuse
+# or flag them. ESBENCH_DATASETS_DIR swaps hub datasets for local mirrors (esbench.tasks.hub.ENV_DIR);
+# ESBENCH_SANDBOX chooses the code-grading mode (esbench.tasks.sandbox). Execution options that never change results
+# (ESBENCH_ES_WORKERS, ESBENCH_RAY_ADDRESS, the engines' memory shares) are not among them.
+EVALUATION_ENV = ("ESBENCH_DATASETS_DIR", "ESBENCH_SANDBOX")
+
+
+def env_overrides() -> dict[str, str]:
+    """{variable: value} of the EVALUATION_ENV variables that are set; an empty or blank value reads as unset there
+    (hub.local_dir, sandbox.requested_mode), so it is left out here too."""
+    return {var: os.environ[var] for var in EVALUATION_ENV if os.environ.get(var, "").strip()}
+
+
+def _sandbox() -> dict[str, Any]:
+    """The code-grading mode in force (imported here: the sandbox module is only needed when a record is made)."""
+    from esbench.tasks import sandbox
+
+    return sandbox.describe()
+
+
 def environment() -> dict[str, Any]:
     git = _git_commit()
     build = _build_info()
@@ -121,4 +142,6 @@ def environment() -> dict[str, Any]:
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
         **_gpu(),
+        "env_overrides": env_overrides(),
+        "sandbox": _sandbox(),
     }

@@ -31,7 +31,7 @@ from esbench.records import (
     train_summary,
     write_record,
 )
-from esbench.spec import Cell
+from esbench.spec import Cell, load_cell_json
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +54,36 @@ def stage_count(cell: Cell) -> int:
     return 2 + int(trains) + len(ev.tasks) * (2 if ev.greedy else 1)
 
 
-def run_cell(cell: Cell, directory: Path, on_stage: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Execute `cell` into `directory` and return its record. Resumable; one runner per cell folder at a time."""
+class ForeignCellDir(ValueError):
+    """A cell folder that holds another cell's cell.json or record.json (or is not a folder)."""
+
+
+def check_cell_dir(cell: Cell, directory: Path) -> None:
+    """Refuse a folder that is not `cell`'s: its record would be returned as this cell's result, and its `work/`
+    checkpoints resumed as this cell's training. Both files are read as untrusted input (esbench.untrusted)."""
+    from esbench.suite_yaml import printable
+    from esbench.untrusted import load_json_object
+
     cd = CellDir(directory)
+    if os.path.lexists(cd.path) and not cd.path.is_dir():
+        raise ForeignCellDir(printable(f"{cd.path}: exists and is not a folder"))
+    for path in (cd.cell_json, cd.record):
+        if not os.path.lexists(path):
+            continue
+        obj = load_json_object(path)
+        owner = obj.get("cell") if path == cd.record else obj
+        other = owner.get("id") if isinstance(owner, dict) else None
+        if other != cell.id:
+            raise ForeignCellDir(
+                printable(f"{cd.path}: its {path.name} belongs to another cell ({str(other)[:40]}), not {cell.id}")
+            )
+
+
+def run_cell(cell: Cell, directory: Path, on_stage: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Execute `cell` into `directory` and return its record. Resumable; one runner per cell folder at a time.
+    A folder that belongs to another cell is refused before anything is written (`check_cell_dir`)."""
+    cd = CellDir(directory)
+    check_cell_dir(cell, cd.path)
     cd.path.mkdir(parents=True, exist_ok=True)
     with Lease(cd.lease):
         events = Events(cd.events)
@@ -77,8 +104,9 @@ def run_cell(cell: Cell, directory: Path, on_stage: Callable[[str], None] | None
 
 
 def run_cell_file(cell_json: Path, directory: Path, on_stage: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """`esbench run-cell`: run the cell frozen in `cell_json` (its id is checked against its spec)."""
-    return run_cell(Cell.from_json(json.loads(Path(cell_json).read_text())), directory, on_stage)
+    """`esbench run-cell`: run the cell frozen in `cell_json`, read and validated as untrusted input (bounded,
+    strict JSON, the suite's validation, its id and name recomputed: `esbench.spec.load_cell_json`)."""
+    return run_cell(load_cell_json(cell_json), directory, on_stage)
 
 
 def _data_provenance(task, split: str, rows: list[dict[str, str]]) -> dict[str, Any]:
@@ -95,6 +123,17 @@ def _data_provenance(task, split: str, rows: list[dict[str, str]]) -> dict[str, 
 def es_workers() -> int:
     """`--es-workers` (ESBENCH_ES_WORKERS): an execution option, outside the cell id (results do not depend on it)."""
     return max(1, int(os.environ.get("ESBENCH_ES_WORKERS", "1")))
+
+
+def _require_code_sandbox(spec: Any) -> None:
+    """Raise SandboxUnavailable (which names the fix) when the cell grades model-written code (a task whose verifier
+    runs it: MBPP) and neither bubblewrap nor the opted-in weaker mode can run it, instead of failing hours in."""
+    from esbench.tasks import get_task
+    from esbench.tasks.sandbox import require
+
+    names = [*spec.eval.tasks, *spec.eval.held_out, *([spec.dataset.task] if spec.dataset is not None else [])]
+    if any(get_task(n).verifier == "mbpp" for n in names):
+        require()
 
 
 def _run_cell(cell: Cell, cd: CellDir, stage: Callable[[str], None]) -> dict[str, Any]:
@@ -114,10 +153,12 @@ def _run_cell(cell: Cell, cd: CellDir, stage: Callable[[str], None]) -> dict[str
     from esbench.models import load_model
     from esbench.rewards import Reward
     from esbench.tasks import get_task
+    from esbench.untrusted import load_json_object
 
     spec = cell.typed
-    if cd.status() == "done":
-        return json.loads(cd.record.read_text())
+    if cd.status() == "done":  # this cell's own record (check_cell_dir)
+        return load_json_object(cd.record)
+    _require_code_sandbox(spec)  # before anything loads: a cell that grades code needs the confined sandbox
     atomic_write_json(cd.cell_json, cell.to_json())
     timings: dict[str, float] = {}
     t0 = time.perf_counter()

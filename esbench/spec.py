@@ -17,6 +17,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +30,8 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
+    StrictInt,
+    StrictStr,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -46,14 +50,94 @@ from esbench.suite_yaml import (  # noqa: F401  (the limits and SuiteError are p
     _fmt,
     _line,
     parse,
+    printable,
 )
 
 SCHEMA = "esbench.suite/1"
-_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+MAX_NAME = 64
+_NAME = rf"^[A-Za-z0-9][A-Za-z0-9_.-]{{0,{MAX_NAME - 1}}}$"
+"""Names of suites, models, datasets and methods: they become folder names (runs/<suite>), labels in cell.json and
+the terminal's tables, so they are kept to characters that are safe in all three (no `/`, no markup, no controls)."""
+_REVISION = r"^[A-Za-z0-9][A-Za-z0-9_./-]{0,127}$"  # a hub commit, branch or tag (refs/pr/1)
 
-# Limits on what a suite may ask for (file-level limits: esbench.suite_yaml).
+# Limits on what a suite may ask for (file-level limits: esbench.suite_yaml). Each is far above any real suite (the
+# paper's: 32 samples, 8192 tokens, a few hundred updates, datasets of thousands of rows) and keeps a hostile one to
+# an error naming the field, not a run that allocates without bound or fails hours in.
 MAX_CELLS = 10_000
 """Largest grid: models x methods x datasets x budgets x seeds multiply, so short lists could ask for billions."""
+MAX_SEED = 2**32 - 1
+"""Largest seed: numpy's `np.random.seed` takes 32-bit seeds (a larger one would fail after the model loaded)."""
+MAX_UPDATES = 1_000_000
+"""Largest budget in updates (also the largest probe interval)."""
+MAX_EPOCHS = 1_000
+"""Largest budget in epochs."""
+MAX_ROWS = 10_000_000
+"""Most training or evaluation problems (`datasets.*.size`, `eval.limit`, prompts of probes and diversity)."""
+MAX_SAMPLES = 10_000
+"""Most samples per problem (`eval.n`, probe and diversity samples, sparsity n) and diversity members."""
+MAX_NEW_TOKENS = 1 << 20
+"""Longest generation budget in tokens."""
+MAX_TEMPERATURE = 100.0
+_EPOCHS = re.compile(r"([0-9]+(\.[0-9]+)?)ep")
+
+
+def name_problem(name: Any) -> str | None:
+    """Why `name` is not a valid suite, model, dataset or method name (None if it is)."""
+    if isinstance(name, str) and re.fullmatch(_NAME, name):
+        return None
+    shown = repr(name) if len(repr(name)) <= 40 else repr(name)[:37] + "..."
+    return (
+        f"invalid name {shown}: at most {MAX_NAME} letters, digits, '_', '.' or '-', beginning with a letter or digit"
+    )
+
+
+def budget_problem(budget: Any) -> str | None:
+    """Why `budget` is not an update count or an epoch budget such as '2ep' within the limits (None if it is)."""
+    if isinstance(budget, str):
+        m = _EPOCHS.fullmatch(budget)
+        if m is None:
+            return f"budget {budget[:40]!r} must be an update count or epochs like '2ep'"
+        if float(m.group(1)) > MAX_EPOCHS:
+            return f"budget {budget[:40]!r}: at most {MAX_EPOCHS} epochs"
+        return None
+    if isinstance(budget, bool) or not isinstance(budget, int):
+        return f"budget {budget!r} must be an update count or epochs like '2ep'"
+    if budget < 0:
+        return f"budget must be >= 0, got {budget}"
+    if budget > MAX_UPDATES:
+        return f"budget {budget}: at most {MAX_UPDATES} updates"
+    return None
+
+
+def budget_is_zero(budget: int | str) -> bool:
+    """0 updates or 0 epochs: what only methods that train nothing have."""
+    return budget == 0 or (isinstance(budget, str) and float(budget.removesuffix("ep") or 0) == 0)
+
+
+def seed_problem(seed: Any) -> str | None:
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        return f"seed {seed!r} must be a whole number"
+    if not 0 <= seed <= MAX_SEED:
+        return f"seed {seed} must be >= 0 and at most {MAX_SEED} (numpy's seed range)"
+    return None
+
+
+def number_problems(data: Any, path: tuple = ()) -> list[tuple[tuple, str]]:
+    """(field path, message) of every number that no field accepts: inf and NaN (YAML `.inf`/`.nan`; a bound
+    like `sigma > 0` lets inf through, and NaN compares false with every bound) and integers beyond 64 bits."""
+    out: list[tuple[tuple, str]] = []
+    stack = [(data, path)]
+    while stack:
+        value, at = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            out.append((at, f"must be a finite number, got {value}"))
+        elif isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**64:
+            out.append((at, "integer does not fit in 64 bits"))
+        elif isinstance(value, dict):
+            stack.extend((v, at + (k,)) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, at + (i,)) for i, v in enumerate(value))
+    return sorted(out, key=lambda p: _fmt(p[0]))
 
 
 class _Strict(BaseModel):
@@ -62,13 +146,17 @@ class _Strict(BaseModel):
 
 class ModelSpec(_Strict):
     path: ModelPath = Field(description="`builtin:tiny`, a Hugging Face id (`org/name`), or a local directory.")
-    revision: str | None = Field(None, description="Hub revision (commit) to pin; ignored for local paths.")
+    revision: str | None = Field(
+        None, pattern=_REVISION, description="Hub revision (commit) to pin; ignored for local paths."
+    )
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Compute dtype.")
 
 
 class DatasetSpec(_Strict):
     task: str = Field(description="A registered task whose `train` split is the training data.")
-    size: int | None = Field(None, gt=0, description="Number of training problems; default: the whole split.")
+    size: int | None = Field(
+        None, gt=0, le=MAX_ROWS, description="Number of training problems; default: the whole split."
+    )
     reward: Literal["verifier", "paper"] = Field(
         "verifier",
         description="Training reward: the task's verifier (the one evaluation uses), or `paper`, the authors' "
@@ -142,9 +230,11 @@ class ProbeSpec(_Strict):
     task: OptionalTask = Field(
         None, description="Probe task; default the first held-out task, else the first eval task."
     )
-    prompts: int = Field(16, gt=0, description="The first `prompts` test problems of the probe task.")
-    samples: int = Field(4, gt=0, description="Sampled responses per probe prompt (at the eval temperature).")
-    every: int = Field(10, gt=0, description="Probe before update 0 and after every `every` updates.")
+    prompts: int = Field(16, gt=0, le=MAX_ROWS, description="The first `prompts` test problems of the probe task.")
+    samples: int = Field(
+        4, gt=0, le=MAX_SAMPLES, description="Sampled responses per probe prompt (at the eval temperature)."
+    )
+    every: int = Field(10, gt=0, le=MAX_UPDATES, description="Probe before update 0 and after every `every` updates.")
 
 
 class DiversitySpec(_Strict):
@@ -152,9 +242,9 @@ class DiversitySpec(_Strict):
     for an ES cell; the same-σ neighbourhood for base and GRPO)."""
 
     sigma: float = Field(gt=0, description="Perturbation scale of the members (set it to the ES cells' σ).")
-    members: int = Field(8, ge=2, description="Population size N.")
-    prompts: int = Field(16, gt=0, description="The first `prompts` test problems of the task.")
-    samples: int = Field(8, gt=0, description="Samples m per member and prompt, estimating each pᵢ.")
+    members: int = Field(8, ge=2, le=MAX_SAMPLES, description="Population size N.")
+    prompts: int = Field(16, gt=0, le=MAX_ROWS, description="The first `prompts` test problems of the task.")
+    samples: int = Field(8, gt=0, le=MAX_SAMPLES, description="Samples m per member and prompt, estimating each pᵢ.")
     task: OptionalTask = Field(None, description="Task; default the first eval task.")
 
 
@@ -164,8 +254,8 @@ class SparsitySpec(_Strict):
 
     taus: list[float] = Field(min_length=1, description="Magnitude thresholds τ.")
     task: OptionalTask = Field(None, description="Task re-evaluated; default the first eval task.")
-    n: int | None = Field(None, gt=0, description="Samples per problem; default eval.n.")
-    methods: list[str] | None = Field(
+    n: int | None = Field(None, gt=0, le=MAX_SAMPLES, description="Samples per problem; default eval.n.")
+    methods: list[Annotated[str, Field(pattern=_NAME)]] | None = Field(
         None, description="Method kinds analysed (paper: [es], thresholded ES); default every trained cell."
     )
 
@@ -180,12 +270,16 @@ class SparsitySpec(_Strict):
 class EvalSpec(_Strict):
     tasks: list[str] = Field(min_length=1, description="Registered eval tasks (lm-eval task configs).")
     held_out: list[str] = Field(default_factory=list, description="Tasks that measure forgetting.")
-    limit: int | None = Field(None, gt=0, description="Evaluate only the first `limit` problems of each task.")
-    n: int = Field(32, gt=0, description="Samples per problem (paper: 32).")
+    limit: int | None = Field(
+        None, gt=0, le=MAX_ROWS, description="Evaluate only the first `limit` problems of each task."
+    )
+    n: int = Field(32, gt=0, le=MAX_SAMPLES, description="Samples per problem (paper: 32).")
     k: list[int] | None = Field(None, description="Pass@k / Maj@k values, each <= n; default powers of 2.")
-    temperature: float = Field(0.6, ge=0, description="Sampling temperature (paper: 0.6).")
+    temperature: float = Field(0.6, ge=0, le=MAX_TEMPERATURE, description="Sampling temperature (paper: 0.6).")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling threshold (paper: 1.0).")
-    max_new_tokens: int = Field(2048, gt=0, description="Generation budget (paper: 2048 easy, 8192 hard).")
+    max_new_tokens: int = Field(
+        2048, gt=0, le=MAX_NEW_TOKENS, description="Generation budget (paper: 2048 easy, 8192 hard)."
+    )
     greedy: bool = Field(True, description="Also run one greedy (temperature 0) pass per problem.")
     entropy: bool = Field(True, description="Record the mean token entropy of the sampled responses per task.")
     probe: ProbeSpec | None = Field(None, description="Entropy and success on a fixed probe set during training.")
@@ -232,7 +326,7 @@ class EvalSpec(_Strict):
 
 
 class SuiteSpec(_Strict):
-    name: str = Field(pattern=_NAME, description="Suite name; also its output folder under runs/.")
+    name: str = Field(description="Suite name; also its output folder under runs/.")
     description: str = ""
     models: dict[str, ModelSpec] = Field(min_length=1)
     datasets: dict[str, DatasetSpec] = Field(default_factory=dict)
@@ -245,16 +339,22 @@ class SuiteSpec(_Strict):
     eval: EvalSpec
     backend: BackendSpec = Field(default_factory=BackendSpec, description="Generation backend of every cell.")
 
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, v: str) -> str:
+        if problem := name_problem(v):
+            raise ValueError(problem)
+        return v
+
     @field_validator("budgets", "seeds")
     @classmethod
-    def _distinct_non_negative(cls, v: list) -> list:
+    def _distinct_in_range(cls, v: list, info: ValidationInfo) -> list:
         if len(set(v)) != len(v):
             raise ValueError(f"duplicate values in {v}")
+        check = budget_problem if info.field_name == "budgets" else seed_problem
         for x in v:
-            if isinstance(x, str) and not re.fullmatch(r"\d+(\.\d+)?ep", x):
-                raise ValueError(f"budget {x!r} must be an update count or epochs like '2ep'")
-            if isinstance(x, int) and x < 0:
-                raise ValueError(f"values must be >= 0, got {v}")
+            if problem := check(x):
+                raise ValueError(problem)
         return v
 
 
@@ -272,14 +372,28 @@ class CellSpec(_Strict):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=False, populate_by_name=True)
 
-    schema_: str = Field(alias="schema")
+    schema_: Literal["esbench.suite/1"] = Field(alias="schema")
     model: ModelSpec
     dataset: DatasetSpec | None
     method: MethodRef
-    budget: int | str
-    seed: int
+    budget: StrictInt | StrictStr
+    seed: StrictInt
     eval: EvalSpec
     backend: BackendSpec = Field(default_factory=BackendSpec)
+
+    @field_validator("budget")
+    @classmethod
+    def _budget(cls, v: int | str) -> int | str:
+        if problem := budget_problem(v):
+            raise ValueError(problem)
+        return v
+
+    @field_validator("seed")
+    @classmethod
+    def _seed(cls, v: int) -> int:
+        if problem := seed_problem(v):
+            raise ValueError(problem)
+        return v
 
 
 @dataclass(frozen=True)
@@ -313,6 +427,87 @@ class Cell:
         if obj.get("id") not in (None, cell.id):
             raise ValueError(f"cell.json id {obj.get('id')} does not match its spec (hash {cell.id})")
         return cell
+
+
+MAX_CELL_JSON_BYTES = 1 << 20
+"""Largest cell.json `run-cell` reads: a cell is a few KB (the same cap as a suite file)."""
+_CELL_KEYS = {"id", "name", "labels", "spec"}
+_LABEL_KEYS = {"suite", "model", "dataset", "method"}
+
+
+class CellError(ValueError):
+    """A cell.json that is refused, in one line: every problem as `field.path: message`."""
+
+
+def validate_cell(obj: Any, where: str = "cell.json") -> Cell:
+    """The cell a `cell.json` object holds, checked as strictly as a suite's cells: the same models of every field,
+    the method's own config model, the suite's rules for names, budgets and seeds, a spec consistent with whether
+    the method trains, and the id and name that spec and labels give. Only the Python objects are built: nothing is
+    loaded and no method runs. A forger who recomputes the id gets past the hash check, not past these."""
+    from esbench.methods import registry
+
+    if not isinstance(obj, dict) or not _CELL_KEYS <= set(obj):
+        raise CellError(f"{where}: expected an object with id, name, labels and spec (a cell.json written by esbench)")
+    problems: list[tuple[tuple, str]] = [((key,), "unknown key") for key in sorted(set(obj) - _CELL_KEYS)]
+    problems += number_problems(obj)
+    labels, spec = obj["labels"], obj["spec"]
+    if not isinstance(labels, dict) or set(labels) != _LABEL_KEYS:
+        problems.append((("labels",), f"must be an object with exactly {', '.join(sorted(_LABEL_KEYS))}"))
+    else:
+        for key in sorted(_LABEL_KEYS):
+            if not (key == "dataset" and labels[key] == "-") and (problem := name_problem(labels[key])):
+                problems.append((("labels", key), problem))
+    typed = None
+    if not isinstance(spec, dict):
+        problems.append((("spec",), "must be an object"))
+    elif "schema_" in spec:  # the field's Python name: a cell.json names it `schema`
+        problems.append((("spec", "schema_"), "unknown key 'schema_'"))
+    elif not problems:
+        try:
+            typed = CellSpec.model_validate(spec)
+        except ValidationError as e:
+            problems += [(loc, msg) for _, loc, msg in _pydantic_problems(e, {}, ("spec",), CellSpec, raw_loc=True)]
+    if typed is not None:
+        method = ("spec", "method")
+        try:
+            cls = registry.get(typed.method.kind)
+        except KeyError as e:
+            problems.append((method + ("kind",), e.args[0]))
+            cls = None
+        if cls is not None:
+            try:
+                cls.Config.model_validate(typed.method.config)
+            except ValidationError as e:
+                at = method + ("config",)
+                problems += [(loc, msg) for _, loc, msg in _pydantic_problems(e, {}, at, cls.Config, raw_loc=True)]
+            if cls.trains and typed.dataset is None:
+                problems.append((("spec", "dataset"), f"method {typed.method.kind!r} trains: it needs a dataset"))
+            if cls.trains and budget_is_zero(typed.budget):
+                problems.append((("spec", "budget"), f"method {typed.method.kind!r} trains: its budget must be > 0"))
+            if not cls.trains and (typed.dataset is not None or typed.budget != 0):
+                msg = f"method {typed.method.kind!r} trains nothing: its cells have dataset null and budget 0"
+                problems.append((("spec", "dataset" if typed.dataset is not None else "budget"), msg))
+        if isinstance(labels, dict) and (labels.get("dataset") == "-") != (typed.dataset is None):
+            problems.append((("labels", "dataset"), "is '-' exactly when the spec has no dataset"))
+    if not problems:
+        cell = Cell(spec, labels)
+        if obj["id"] != cell.id:
+            problems.append((("id",), f"{str(obj['id'])[:40]!r} does not match its spec (hash {cell.id})"))
+        if obj["name"] != cell.name:
+            problems.append((("name",), f"{str(obj['name'])[:80]!r} is not the name its labels give ({cell.name})"))
+    if problems:
+        shown = "; ".join(f"{_fmt(loc)}: {msg[:200]}" for loc, msg in problems[:5])
+        more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+        raise CellError(printable(f"{where}: {shown}{more}"))
+    return cell
+
+
+def load_cell_json(path: str | os.PathLike[str]) -> Cell:
+    """A cell from a `cell.json` someone else wrote: a regular file of at most MAX_CELL_JSON_BYTES, strict JSON
+    (esbench.untrusted), then `validate_cell`. Raises a ValueError with a one-line reason."""
+    from esbench.untrusted import load_json
+
+    return validate_cell(load_json(path, MAX_CELL_JSON_BYTES), os.fspath(path))
 
 
 def canonical_json(obj: Any) -> str:
@@ -394,8 +589,13 @@ def _model_at(parent: tuple, root: type[BaseModel]) -> type[BaseModel] | None:
 
 
 def _pydantic_problems(
-    err: ValidationError, lines: dict[tuple, int], prefix: tuple = (), root: type[BaseModel] = SuiteSpec
+    err: ValidationError,
+    lines: dict[tuple, int],
+    prefix: tuple = (),
+    root: type[BaseModel] = SuiteSpec,
+    raw_loc: bool = False,
 ) -> list:
+    """(line, field path, message) of each error; with `raw_loc`, the path as a tuple."""
     problems = []
     for e in err.errors():
         loc = prefix + tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-")))
@@ -409,12 +609,12 @@ def _pydantic_problems(
             msg = "required field is missing"
         elif "input" in e and e["type"] not in ("value_error", "assertion_error") and not isinstance(e["input"], dict):
             msg += f" (got {e['input']!r})"
-        problems.append((_line(lines, loc), _fmt(loc), msg))
+        problems.append((_line(lines, loc), loc if raw_loc else _fmt(loc), msg))
     return problems
 
 
 def _expected_keys(model: type[BaseModel]) -> str:
-    return ", ".join(model.model_fields)
+    return ", ".join(f.alias or name for name, f in model.model_fields.items())
 
 
 def _sequence_config(entry, where, done, raw, lines, problems) -> dict | None:
@@ -454,6 +654,16 @@ def load_suite(path: str | Path) -> Suite:
     from esbench.methods import registry
 
     file, data, lines, problems = parse(path)
+    numbers = number_problems(data)
+    if numbers:  # before the schema: `sigma > 0` would let inf through and report NaN as "not > 0"
+        raise SuiteError(file, problems + [(_line(lines, at), _fmt(at), msg) for at, msg in numbers])
+    bad_names = set()
+    for section in ("models", "datasets", "methods"):
+        entries = data.get(section)
+        for name in entries if isinstance(entries, dict) else ():
+            if problem := name_problem(name):
+                bad_names.add((section, name))
+                problems.append((_line(lines, (section, name)), _fmt((section, name)), problem))
     try:
         spec = SuiteSpec.model_validate(data)
     except ValidationError as e:
@@ -465,8 +675,7 @@ def load_suite(path: str | Path) -> Suite:
     entries = sorted(spec.methods.items(), key=lambda kv: "sequence" in (kv[1] or {}))
     for name, entry in entries:
         where = ("methods", name)
-        if not re.match(_NAME, name):
-            problems.append((_line(lines, where), _fmt(where), f"invalid name {name!r}"))
+        if where in bad_names:  # reported above
             continue
         entry = dict(entry or {})
         # `stage_only: true`: a configuration that sequences use as a stage but that is not a cell of its own
@@ -503,7 +712,7 @@ def load_suite(path: str | Path) -> Suite:
         # point at the empty field if it is written, else at the method that needs it
         for key, empty, msg in (
             ("datasets", not spec.datasets, "empty grid: datasets is empty"),
-            ("budgets", not any(b and b != "0ep" for b in spec.budgets), "no budget > 0"),
+            ("budgets", all(budget_is_zero(b) for b in spec.budgets), "no budget > 0"),
         ):
             if empty:
                 where = (key,) if (key,) in lines else ("methods", trained[0])
@@ -514,6 +723,14 @@ def load_suite(path: str | Path) -> Suite:
                         f"{msg}, but method {trained[0]!r} trains (give {key})",
                     )
                 )
+        if not all(budget_is_zero(b) for b in spec.budgets):
+            for i, b in enumerate(spec.budgets):
+                if budget_is_zero(b):
+                    at = ("budgets", i)
+                    msg = (
+                        f"a budget of {b!r} trains nothing, but method {trained[0]!r} trains: every budget must be > 0"
+                    )
+                    problems.append((_line(lines, at), _fmt(at), msg + " (base is the untrained cell)"))
     if problems:
         raise SuiteError(file, problems)
     per_model = sum(len(spec.datasets) * len(spec.budgets) if trains else 1 for _, _, trains in methods.values())

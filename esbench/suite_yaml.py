@@ -37,7 +37,16 @@ class SuiteError(Exception):
         super().__init__(self.render())
 
     def render(self) -> str:
-        return "\n".join(f"{self.file}:{line}: {path + ': ' if path else ''}{msg}" for line, path, msg in self.problems)
+        """One line per problem, with anything unprintable escaped: names and values come from the file and must
+        not reach the terminal as control codes (ANSI, RTL overrides, newlines)."""
+        return "\n".join(
+            printable(f"{self.file}:{line}: {path + ': ' if path else ''}{msg}") for line, path, msg in self.problems
+        )
+
+
+def printable(text: str) -> str:
+    """`text` with every character that is not printable written as its escape (`\\x1b`, `\\u202e`, `\\n`)."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
 def _walk(node: yaml.Node, path: tuple, lines: dict[tuple, int], dups: list) -> None:
@@ -156,13 +165,26 @@ def _short(node: yaml.Node) -> str:
 
 
 def _read(path: str | Path, file: str) -> str:
-    """The file's text, refusing files over MAX_BYTES (reading at most MAX_BYTES + 1) and bytes that are not UTF-8."""
+    """The file's text, refusing what is not a regular file (a FIFO, a device such as /dev/zero: never blocking on
+    one), files over MAX_BYTES (reading at most MAX_BYTES + 1) and bytes that are not UTF-8. A symlink to a regular
+    file is followed: suites are often linked."""
+    from esbench.untrusted import UntrustedInputError, open_regular
+
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_BYTES + 1)
-            size = os.fstat(f.fileno()).st_size
+        fd = open_regular(path, follow_symlinks=True)
+    except UntrustedInputError as e:
+        raise SuiteError(file, [(0, "", f"cannot read suite: {str(e).removeprefix(str(path) + ': ')}")]) from None
+    try:
+        size = os.fstat(fd).st_size
+        chunks, total = [], 0
+        while total <= MAX_BYTES and (chunk := os.read(fd, MAX_BYTES + 1 - total)):
+            chunks.append(chunk)
+            total += len(chunk)
+        raw = b"".join(chunks)
     except OSError as e:
         raise SuiteError(file, [(0, "", f"cannot read suite: {e.strerror}")]) from None
+    finally:
+        os.close(fd)
     if len(raw) > MAX_BYTES:
         got = f"{size} bytes" if size > MAX_BYTES else f"more than {MAX_BYTES} bytes"
         raise SuiteError(file, [(1, "", f"suite file is too large: {got}, the limit is {MAX_BYTES} bytes")])

