@@ -103,6 +103,8 @@ def score_samples(task_name: str, samples: list[dict[str, Any]]) -> list[dict[st
                 "answers": [v.answer for v in verdicts],
                 "correct": [v.correct for v in verdicts],
                 "lm_eval_pass@1": s.get("pass@1"),
+                # why a verifier gave up ("timeout", "too long"; those count as wrong), only where one did
+                **({"errors": [v.error for v in verdicts]} if any(v.error for v in verdicts) else {}),
             }
         )
     return rows

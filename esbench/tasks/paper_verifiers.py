@@ -18,35 +18,76 @@ exactly that format, see `esbench.tasks`):
 - MBPP: the last fenced code block (the prompt asks for exactly one), run with the task's tests in
   `esbench.tasks.sandbox`.
 Structured golds arrive JSON-encoded in the row's `answer` string.
+
+Bounds (hostile responses: a trained policy writes them, a submission can too). Every scan here is linear in the
+response. A response over `MAX_RESPONSE_CHARS`, or an extracted answer over `MAX_ANSWER_CHARS`, is wrong with
+`error="too long"` before math-verify sees it. math-verify and sympy run in a long-lived child process (`_Worker`)
+with a `MATH_TIMEOUT_S` deadline per answer; one past it is killed and replaced, and the answer is wrong with
+`error="timeout"`. math-verify's own `signal.alarm` timeouts are not enough: off the main thread (a threaded Ray
+actor, a reward thread) `signal.signal` raises, so `parse` fails and every answer silently fell back to string
+comparison; in the main thread the alarm cannot interrupt a long C call, and sympy's `float()` of a power tower (for
+the Maj@k key) runs outside them. In the child's main thread they work as the artifact's do, and stay.
 """
 
 from __future__ import annotations
 
 import ast
+import atexit
 import json
+import os
 import re
+import select
 import string
+import subprocess
+import sys
+import threading
+import time
 from fractions import Fraction
 from functools import cache, lru_cache
+from pathlib import Path
 
 from esbench.tasks.verdict import Verdict, normalise_number
 
 _MINUS = str.maketrans({"\u2212": "-", "\u2013": "-", "\u00d7": "*", "\u00f7": "/", "\u22c5": "*"})
 
 
+# A 2048-token response (every task config's budget; the paper's hard setting allows 8192) is ~8k characters of
+# English or LaTeX at ~4 characters a token: 64 Ki characters is 8 a token at 8192 tokens. The longest honest gold
+# answers are short: a number (GSM8K, AIME, AMC), a letter (GPQA, CommonsenseQA), a MATH-500 matrix or interval of
+# well under 100 characters, a Countdown equation of at most 6 numbers.
+MAX_RESPONSE_CHARS = 65_536
+MAX_ANSWER_CHARS = 1_000
+# Per answer, wall clock: math-verify's parse of response and gold, its verify and the Maj@k key together. Honest
+# answers take milliseconds (a loaded machine may take 100 times that). Above math-verify's own 5 s per parse and per
+# comparison, so that one of those fires first, as in the artifact; this one bounds what they cannot.
+MATH_TIMEOUT_S = 10.0
+TOO_LONG = "too long"
+
+_BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_BRACE = re.compile(r"[{}]")
+
+
 def last_boxed(text: str) -> str | None:
-    """Content of the last `\\boxed{...}` (or `\\fbox{...}`), braces balanced; None if absent or unclosed."""
-    starts = [m.end() for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)]
-    for start in reversed(starts):
-        depth = 1
-        for i in range(start, len(text)):
-            if text[i] == "{":
-                depth += 1
-            elif text[i] == "}":
-                depth -= 1
-                if depth == 0:
-                    return text[start:i].strip()
-    return None
+    """Content of the last `\\boxed{...}` (or `\\fbox{...}`) whose braces close, stripped; None if there is none.
+
+    One pass with a stack of open braces: a box's content ends at the `}` that pops its `{`. When the last box never
+    closes, an earlier one that does is the answer (as before: the former code rescanned from every box start to the
+    end, quadratic in the number of unclosed boxes)."""
+    starts = {m.end() - 1 for m in _BOX.finditer(text)}
+    if not starts:
+        return None
+    stack: list[int] = []
+    best = -1
+    end = -1
+    for m in _BRACE.finditer(text):
+        i = m.start()
+        if text[i] == "{":
+            stack.append(i)
+        elif stack:
+            j = stack.pop()
+            if j in starts and j > best:
+                best, end = j, i
+    return text[best + 1 : end].strip() if best >= 0 else None
 
 
 def strip_latex_text(s: str) -> str:
@@ -80,7 +121,7 @@ def _parse(text: str, config) -> list:
 
     try:
         return parse(text, extraction_config=config, extraction_mode="first_match")
-    except Exception:  # math-verify raises on pathological input and on timeouts outside the main thread
+    except Exception:  # math-verify raises on pathological input (and on its timeouts outside the main thread)
         return []
 
 
@@ -113,24 +154,162 @@ def _answer_key(value) -> str:
     return str(value)
 
 
-def verify_math(response: str, gold: str) -> Verdict:
+def _math_check(text: str, gold: str) -> tuple[str, bool] | None:
+    """math-verify's part of `verify_math`, run in the worker: (vote key, correct), None when it extracts nothing."""
     from math_verify import verify
 
-    text = response.translate(_MINUS)
-    boxed = last_boxed(text) is not None
     pred = _parse(text, _configs()[0])
-    if pred:
-        gold_parsed = parse_gold(gold)
-        try:
-            ok = bool(gold_parsed) and verify(gold_parsed, pred)
-        except Exception:
-            ok = False
-        return Verdict(_answer_key(pred[0]), bool(ok), boxed)
+    if not pred:
+        return None
+    gold_parsed = parse_gold(gold)
+    try:
+        ok = bool(gold_parsed) and verify(gold_parsed, pred)
+    except Exception:
+        ok = False
+    return _answer_key(pred[0]), bool(ok)
+
+
+def verify_math(response: str, gold: str) -> Verdict:
+    """math-verify within bounds (module docstring): too long or past `MATH_TIMEOUT_S` is wrong, with `error`."""
+    if len(response) > MAX_RESPONSE_CHARS or len(gold) > MAX_ANSWER_CHARS:
+        return Verdict(None, False, False, error=TOO_LONG)
+    text = response.translate(_MINUS)
+    box = last_boxed(text)
+    boxed = box is not None
+    if boxed and len(box) > MAX_ANSWER_CHARS:
+        return Verdict(None, False, True, error=TOO_LONG)
+    status, found = _bounded(_math_check, (text, gold), MATH_TIMEOUT_S)
+    if status != "ok":
+        return Verdict(None, False, boxed, error=status)
+    if found is not None:
+        return Verdict(found[0], found[1], boxed)
     fallback = _fallback_answer(text)
     if fallback is None:
         return Verdict(None, False, boxed)
     answer = normalise_number(fallback.strip().rstrip("."))
     return Verdict(answer, answer == normalise_number(gold.translate(_MINUS).strip()), boxed)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the bounded worker
+
+
+class _Worker:
+    """A child Python process that runs functions of this module, one call at a time, each within a deadline.
+
+    The child is started once per process and reused (a call costs a pipe round trip); one past its deadline is
+    killed (SIGKILL: a C loop in sympy ignores signals) and a fresh one is started at once. Requests and replies are
+    JSON lines, so nothing the child sends is unpickled. A lock serialises callers from several threads; after a
+    fork the child process gets a worker of its own (`os.register_at_fork`)."""
+
+    START_TIMEOUT_S = 120.0  # importing sympy and math-verify, on a machine busy with training
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.proc: subprocess.Popen | None = None
+        self.ready = False
+
+    def _spawn(self) -> None:
+        if not sys.executable:
+            raise RuntimeError("cannot start the math-verify worker: sys.executable is empty")
+        root = str(Path(__file__).resolve().parents[2])  # the esbench this process runs, ahead of any other
+        code = f"import sys; sys.path.insert(0, {root!r}); import esbench.tasks.paper_verifiers as v; v._worker_main()"
+        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.ready = False
+
+    def _kill(self, restart: bool) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            for f in (self.proc.stdin, self.proc.stdout):
+                f.close()
+        self.proc = None
+        if restart:
+            self._spawn()  # its imports overlap with the caller's work, not with the next deadline
+
+    def _read_line(self, deadline: float) -> bytes | None:
+        """One reply line, or None when the deadline passes or the child dies first."""
+        fd = self.proc.stdout.fileno()
+        buf = b""
+        while not buf.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return None
+            buf += chunk
+        return buf
+
+    def call(self, fn, args: tuple, timeout: float) -> tuple[str, object]:
+        """("ok", fn(*args)) from the child; ("timeout", None) or ("crash", None) when it ran past `timeout` or died
+        (it is replaced), ("error", None) when `fn` raised."""
+        with self.lock:
+            if self.proc is None or self.proc.poll() is not None:
+                self._kill(restart=True)
+            if not self.ready:
+                if self._read_line(time.monotonic() + self.START_TIMEOUT_S) != b"ready\n":
+                    self._kill(restart=False)
+                    raise RuntimeError("the math-verify worker did not start (see its stderr above)")
+                self.ready = True
+            try:
+                self.proc.stdin.write(json.dumps([fn.__name__, list(args), timeout]).encode() + b"\n")
+                self.proc.stdin.flush()
+            except OSError:
+                self._kill(restart=True)
+                return "crash", None
+            line = self._read_line(time.monotonic() + timeout)
+            if line is None:
+                status = "timeout" if self.proc.poll() is None else "crash"
+                self._kill(restart=True)
+                return status, None
+            reply = json.loads(line)
+            return ("ok", reply[1]) if reply[0] == "ok" else ("error", None)
+
+
+_WORKER = _Worker()
+os.register_at_fork(after_in_child=lambda: globals().__setitem__("_WORKER", _Worker()))
+atexit.register(lambda: _WORKER._kill(restart=False))
+
+
+def _bounded(fn, args: tuple, timeout: float) -> tuple[str, object]:
+    """`fn(*args)` in the worker within `timeout` seconds: ("ok", value), else (the reason, None)."""
+    return _WORKER.call(fn, args, timeout)
+
+
+def _worker_main() -> None:
+    """The child's loop: a JSON request per line on stdin, a JSON reply per line on the original stdout.
+
+    Stray output goes to stderr, so it cannot corrupt a reply. Ctrl-C is the parent's to handle. Address space is
+    capped; each request runs under a CPU-time limit a little above the parent's deadline, and the loop ends when
+    stdin closes or the parent is gone, so no orphan outlives its parent by more than one deadline."""
+    import resource
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)  # 2 GiB, 30 times its own: a MemoryError is a wrong answer
+    limit = 2 << 30
+    resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+    out = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)
+    parent = os.getppid()
+    _configs()
+    import math_verify  # noqa: F401  (loaded before "ready", so the first deadline covers only the work)
+
+    out.write(b"ready\n")
+    for line in sys.stdin.buffer:
+        if os.getppid() != parent:
+            break
+        name, args, timeout = json.loads(line)
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        cpu = int(used.ru_utime + used.ru_stime + timeout) + 2
+        _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu if hard == resource.RLIM_INFINITY else min(cpu, hard), hard))
+        try:
+            reply = ["ok", globals()[name](*args)]
+        except Exception as e:  # a bug or a pathological input; the parent counts the answer wrong
+            reply = ["error", f"{type(e).__name__}: {e}"[:200]]
+        out.write(json.dumps(reply).encode() + b"\n")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -147,8 +326,13 @@ def choice_letter(text: str) -> str | None:
     former "the answer is (B)" fallback is gone: it credited responses that ignore the requested format, which the
     paper's scoring does not, and it let `answer` and `formatted` disagree.
     """
-    boxed = last_boxed(text)
-    if boxed is None:
+    return _box_letter(last_boxed(text))
+
+
+def _box_letter(boxed: str | None) -> str | None:
+    """The letter a box's content names; None for a box over `MAX_ANSWER_CHARS` (`strip_latex_text` is quadratic
+    in nested `\\text{`)."""
+    if boxed is None or len(boxed) > MAX_ANSWER_CHARS:
         return None
     m = _LETTER.match(strip_latex_text(boxed).strip())
     return m.group(1) if m else None
@@ -156,8 +340,11 @@ def choice_letter(text: str) -> str | None:
 
 def verify_choice(response: str, gold: str) -> Verdict:
     """Formatted means a box was found (the 0.1 format reward), even when no letter can be read from it."""
-    letter = choice_letter(response)
-    return Verdict(letter, letter is not None and letter == gold.strip().upper(), last_boxed(response) is not None)
+    boxed = last_boxed(response)
+    if boxed is not None and len(boxed) > MAX_ANSWER_CHARS:
+        return Verdict(None, False, True, error=TOO_LONG)
+    letter = _box_letter(boxed)
+    return Verdict(letter, letter is not None and letter == gold.strip().upper(), boxed is not None)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -255,6 +442,8 @@ def verify_countdown(response: str, gold: str) -> Verdict:
     raw = answer_tag(response)
     if raw is None:
         return Verdict(None, False, False)
+    if len(raw) > MAX_ANSWER_CHARS:  # `strip_latex_text` is quadratic in nested `\text{`; honest equations are short
+        return Verdict(None, False, True, error=TOO_LONG)
     expr = countdown_expression(raw)
     if expr is None:
         return Verdict(None, False, True)
@@ -268,15 +457,47 @@ def verify_countdown(response: str, gold: str) -> Verdict:
 def extract_code(text: str) -> str | None:
     """The last fenced code block (```python ... ``` preferred), or None: the system prompt asks for exactly one
     Python block, and when a model writes more the last is its final solution."""
-    blocks = re.findall(r"```(?:python|py|Python)\s*\n(.*?)```", text, re.S)
-    if not blocks:
-        blocks = re.findall(r"```[^\n]*\n(.*?)```", text, re.S)
+    blocks = _fenced_blocks(text, ("python", "py", "Python")) or _fenced_blocks(text, None)
     return blocks[-1].strip() if blocks else None
+
+
+_SPACE = re.compile(r"\s*")
+
+
+def _fenced_blocks(text: str, tags: tuple[str, ...] | None) -> list[str]:
+    """What `re.findall(r"```(?:python|py|Python)\\s*\\n(.*?)```", text, re.S)` returns with `tags`, and
+    `r"```[^\\n]*\\n(.*?)```"` without, in linear time: those regexes rescan to the end of the text from every
+    fence that cannot close (``` ``` ``` ... on one line took minutes for a megabyte).
+
+    With `tags`, a fence opens when a tag (the first that matches, as the alternation tries them) is followed by
+    whitespace holding a newline; the body starts after the run's last newline. Without, the body starts after the
+    fence's line. Either way it ends at the next ```. A fence with no closing ``` after its body's start means none
+    after it can close either, so the scan stops there."""
+    blocks: list[str] = []
+    pos = 0
+    while (p := text.find("```", pos)) >= 0:
+        if tags is None:
+            start = text.find("\n", p + 3) + 1
+            if not start:
+                break
+        else:
+            tag = next((t for t in tags if text.startswith(t, p + 3)), None)
+            run = _SPACE.match(text, p + 3 + len(tag)).end() if tag else -1
+            start = text.rfind("\n", p + 3 + len(tag), run) + 1 if tag else 0
+            if not start:
+                pos = p + 1
+                continue
+        end = text.find("```", start)
+        if end < 0:
+            break
+        blocks.append(text[start:end])
+        pos = end + 3
+    return blocks
 
 
 @lru_cache(maxsize=1 << 16)  # lm-eval's process_results and esbench's scoring both verify each sample
 def verify_mbpp(response: str, gold: str) -> Verdict:
-    from esbench.tasks.sandbox import run_tests
+    from esbench.tasks.mbpp_judge import run_tests
 
     g = json.loads(gold)
     code = extract_code(response)

@@ -16,6 +16,10 @@ class Verdict:
     # whether the response has the requested answer format (the paper's 0.1 reward: "boxed but wrong"); by default
     # an extracted answer counts as formatted
     format_ok: bool | None = None
+    # why the verifier gave up on this response, which then counts as wrong: "too long" (over a length cap),
+    # "timeout" (math-verify ran past its time limit), "crash" (its worker died) or "error" (it raised); None when it
+    # was judged normally
+    error: str | None = None
 
     @property
     def formatted(self) -> bool:
