@@ -9,7 +9,10 @@ records' own numbers are never displayed). Cells of the paper's grid map to pape
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +21,8 @@ from esbench import claims as paper_claims
 from esbench.leaderboard.artifact import cell_verdict
 from esbench.leaderboard.compare import compare, estimate, pooled_seed_sd, seed_sd_for
 from esbench.leaderboard.grid import method_key
-from esbench.leaderboard.verify import MANIFEST, Report, sha256_file, verify
+from esbench.leaderboard.verify import MANIFEST, Report, submission_evidence, submission_folders, verify
+from esbench.untrusted import UntrustedInputError, read_bytes
 
 METRICS = ["pass@1", "pass@16", "pass@32", "maj@16", "maj@32", "greedy"]
 NO_REF = "no paper reference"
@@ -123,19 +127,45 @@ def build_board(root: Path, release: dict[str, Any]) -> Board:
     ref_doc = json.loads((release["dir"] / release["reference"]["paper"]).read_text())
     expected = json.loads((release["dir"] / release["reference"]["expected_results"]).read_text())
     accepted, rejected = [], []
-    subs = Path(root) / "submissions"
-    for path in sorted(p for p in subs.iterdir() if p.is_dir() and not p.name.startswith(".")) if subs.is_dir() else []:
-        report = verify(path, root, release["id"])
+    folders = submission_folders(root)
+    peers = {p: submission_evidence(p) for p in folders}  # once, for every submission's check for copies
+    for path in folders:
+        report = _total(lambda path=path: verify(path, root, release["id"], peers), Report(path, release["id"]))
         (accepted if report.ok else rejected).append(report)
     frozen = json.loads((release["dir"] / release["cells"]).read_text())
     paper_grid = {_no_seed(c["spec"]) for suite in release["paper_map"]["suites"] for c in frozen.get(suite, [])}
     entries = []
-    for report in accepted:
-        entries += _entries(report, release, ref_doc["values"], expected, paper_grid)
+    for report in list(accepted):
+        got = _total(lambda report=report: _entries(report, release, ref_doc["values"], expected, paper_grid), report)
+        if isinstance(got, Report):  # accepted by verify, but its entries cannot be built: reported, skipped
+            accepted.remove(report)
+            rejected.append(report)
+        else:
+            entries += got
     # the release's own method order (base, es, grpo, ...), plug-ins after, as the paper lays out its rows
     order = {(c["labels"]["suite"], c["labels"]["method"]): i for cells in frozen.values() for i, c in enumerate(cells)}
     entries.sort(key=lambda e: (e.submission, e.suite, e.model, order.get((e.suite, e.method), len(order)), e.method))
-    return Board(release, entries, accepted, rejected, ref_doc["values"], expected, submission_claims(accepted))
+    claims = {}
+    for report in list(accepted):
+        got = _total(lambda report=report: submission_claims([report]), report)
+        if isinstance(got, Report):
+            accepted.remove(report)
+            rejected.append(report)
+            entries = [e for e in entries if e.submission != report.submission.get("name", report.path.name)]
+        else:
+            claims.update(got)
+    return Board(release, entries, accepted, rejected, ref_doc["values"], expected, claims)
+
+
+def _total(work, report: Report):
+    """`work()`, or `report` with the failure as its reason: one submission that breaks a step no check foresaw
+    is reported and skipped, and the board is still built for the others."""
+    try:
+        return work()
+    except Exception as e:  # noqa: BLE001  (the point: nothing a submission holds may take the board down)
+        report.add(f"cannot be put on the board ({type(e).__name__}: {str(e)[:200]})")
+        print(f"esbench leaderboard build: {report.path.name!a}: {type(e).__name__}: {str(e)[:200]!a}", file=sys.stderr)
+        return report
 
 
 def _no_seed(spec: dict[str, Any]) -> str:
@@ -150,7 +180,10 @@ def _entries(
     for c in report.cells:
         spec = c.record["cell"]["spec"]
         groups.setdefault(_no_seed(spec), []).append(c)
-    manifest_sha = sha256_file(report.path / MANIFEST)
+    try:
+        manifest_sha = hashlib.sha256(read_bytes(report.path / MANIFEST)).hexdigest()
+    except UntrustedInputError:
+        manifest_sha = None
     out = []
     for cells in groups.values():
         cells.sort(key=lambda c: c.record["cell"]["spec"]["seed"])
@@ -174,8 +207,8 @@ def _entries(
             paper_model=paper_model,
             paper_method=paper_method,
         )
-        flops = [(c.record.get("compute") or {}).get("flops") for c in cells]
-        e.flops = sum(flops) / len(flops) if None not in flops else None
+        flops = [_finite((c.record.get("compute") or {}).get("flops")) for c in cells]
+        e.flops = _finite(sum(flops) / len(flops)) if None not in flops else None
         for t in spec["eval"]["tasks"]:
             paper_task = pmap["tasks"].get(t)
             mapped = paper_model and paper_method and paper_task
@@ -257,6 +290,17 @@ def _entries(
             )
         out.append(e)
     return out
+
+
+def _finite(x: Any) -> float | None:
+    """A record's number as a finite float; None for anything else (a string, an integer too large for a float)."""
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return None
+    try:
+        x = float(x)
+    except OverflowError:
+        return None
+    return x if math.isfinite(x) else None
 
 
 def seed_sd_estimates(entries: list[Entry]) -> dict[str, float]:

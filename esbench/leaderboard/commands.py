@@ -15,18 +15,29 @@ EXIT_REJECTED = 1
 EXIT_INVALID = 2
 
 
+def _console(stderr: bool = False):
+    """A console for lines that hold submission text: never wrapped, no highlighting or emoji codes; the text is
+    passed through `render.for_terminal`, so markup, ANSI codes and bidi controls in it are shown, not acted on."""
+    from rich.console import Console
+
+    return Console(stderr=stderr, soft_wrap=True, highlight=False, emoji=False)
+
+
 def _print_report(report, as_json: bool) -> None:
+    from esbench.leaderboard.render import for_terminal as t
+
     if as_json:
-        print(json.dumps(report.to_json(), indent=2))
+        print(json.dumps(report.to_json(), indent=2))  # ASCII JSON: every control character escaped
         return
+    out, err = _console(), _console(stderr=True)
     if report.ok:
-        print(f"ACCEPTED {report.path} (release {report.release}, {len(report.cells)} cells verified)")
+        out.print(f"ACCEPTED {t(report.path)} (release {t(report.release)}, {len(report.cells)} cells verified)")
     else:
-        print(f"REJECTED {report.path} (release {report.release}): {len(report.reasons)} reasons", file=sys.stderr)
+        err.print(f"REJECTED {t(report.path)} (release {t(report.release)}): {len(report.reasons)} reasons")
         for r in report.reasons:
-            print(f"  - {r}", file=sys.stderr)
+            err.print(f"  - {t(r)}")
     for n in report.notes:
-        print(f"  note: {n}")
+        out.print(f"  note: {t(n)}")
 
 
 def cmd_submit(args) -> int:
@@ -35,7 +46,9 @@ def cmd_submit(args) -> int:
     try:
         dest, report = submit(Path(args.run_dir), args.name, Path(args.root), args.release)
     except SubmitError as e:
-        print(f"esbench submit: {e}", file=sys.stderr)
+        from esbench.leaderboard.render import plain
+
+        print(f"esbench submit: {plain(e)}", file=sys.stderr)
         if e.report is not None:
             _print_report(e.report, False)
             return EXIT_REJECTED
@@ -51,7 +64,7 @@ def _verified(args, command: str):
 
     path = Path(args.path)
     if not path.is_dir():
-        print(f"esbench leaderboard {command}: {path}: no such submission folder", file=sys.stderr)
+        print(f"esbench leaderboard {command}: {ascii(str(path))}: no such submission folder", file=sys.stderr)
         return None, EXIT_INVALID
     return verify(path, Path(args.root), args.release), None
 
@@ -71,6 +84,7 @@ def cmd_reproduce(args) -> int:
     from rich.table import Table
 
     from esbench.leaderboard.release import load_release
+    from esbench.leaderboard.render import for_terminal as t
     from esbench.leaderboard.reproduce import reproduce
 
     report, code = _verified(args, "reproduce")
@@ -98,7 +112,7 @@ def cmd_reproduce(args) -> int:
         rule,
         args.only,
         args.exact,
-        on_cell=lambda c: console.print(f"re-running {c.name} into {out}"),
+        on_cell=lambda c: console.print(f"re-running {t(c.name)} into {t(out)}"),
         runtime=runtime,
     )
     if not checks:
@@ -107,18 +121,19 @@ def cmd_reproduce(args) -> int:
     if args.json:
         print(json.dumps([c.to_json() for c in checks], indent=2))
     else:
-        table = Table(title=f"re-run of {path.name} (release {args.release})")
+        table = Table(title=f"re-run of {t(path.name)} (release {t(args.release)})")
         for col in ("cell", "status", "weights", "samples", "worst Pass@k difference (pp)"):
             table.add_column(col)
         for c in checks:
             worst = max(c.metrics, key=lambda m: abs(m["rerun"] - m["submitted"]), default=None)
             diff = f"{worst['rerun'] - worst['submitted']:+.2f} ({worst['task']} {worst['metric']})" if worst else "-"
             same = {True: "identical", False: "differ"}
-            table.add_row(c.name, c.status, same[c.weights_identical], same[c.samples_identical], diff)
+            table.add_row(t(c.name), c.status, same[c.weights_identical], same[c.samples_identical], t(diff))
         Console().print(table)
+        err = _console(stderr=True)
         for c in checks:
             for r in c.reasons:
-                print(f"  - {c.name}: {r}", file=sys.stderr)
+                err.print(f"  - {t(c.name)}: {t(r)}")
     return EXIT_REJECTED if any(c.status == "failed" for c in checks) else 0
 
 
@@ -128,6 +143,7 @@ def cmd_build(args) -> int:
 
     from esbench.leaderboard.board import build_board
     from esbench.leaderboard.release import load_release
+    from esbench.leaderboard.render import for_terminal as t
     from esbench.leaderboard.render import render
 
     root = Path(args.root)
@@ -144,13 +160,17 @@ def cmd_build(args) -> int:
         table.add_column(col)
     for r in board.accepted:
         n = sum(1 for e in board.entries if e.submission == r.submission.get("name"))
-        table.add_row(r.path.name, "[green]accepted[/green]", str(len(r.cells)), f"{n} entries")
+        table.add_row(t(r.path.name), "[green]accepted[/green]", str(len(r.cells)), f"{n} entries")
+    err = _console(stderr=True)
     for r in board.rejected:
-        table.add_row(r.path.name, "[red]rejected[/red]", str(len(r.cells)), r.reasons[0])
+        first = r.reasons[0] if r.reasons else "rejected"
+        table.add_row(t(r.path.name), "[red]rejected[/red]", str(len(r.cells)), t(first))
+        # one line per bad submission: skipped, the board built for the others (exit 1 still flags it)
+        err.print(f"esbench leaderboard build: skipped {t(r.path.name)} ({len(r.reasons)} reasons): {t(first)}")
     console.print(table)
     for p in written[:2]:
-        console.print(f"wrote {p}")
-    console.print(f"wrote {len(written) - 2} plots under {root / 'site' / 'plots'}")
+        console.print(f"wrote {t(p)}")
+    console.print(f"wrote {len(written) - 2} plots under {t(root / 'site' / 'plots')}")
     return EXIT_REJECTED if board.rejected else 0
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -43,7 +42,9 @@ def load_release(root: Path, release_id: str = CURRENT) -> dict[str, Any]:
             sorted(p.name for p in (Path(root) / "releases").glob("v*")) if (Path(root) / "releases").is_dir() else []
         )
         raise FileNotFoundError(f"no release {release_id} under {root}/releases (known: {', '.join(known) or 'none'})")
-    rel = json.loads(path.read_text())
+    from esbench.untrusted import load_json_object
+
+    rel = load_json_object(path)  # strict and bounded (an UntrustedInputError is a ValueError)
     rel["dir"] = d
     return rel
 

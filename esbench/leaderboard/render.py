@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,7 @@ from esbench.leaderboard.artifact import describe, summary
 from esbench.leaderboard.board import METRICS, NO_REF, Board, Entry
 from esbench.metrics.compute import format_flops
 from esbench.records import atomic_write_text
+from esbench.untrusted import UntrustedInputError, load_jsonl
 
 LAYOUT = [
     (2, ["pass@1", "pass@16", "pass@32"], ["GSM8K", "CSQA", "HotpotQA", "Countdown", "GPQA", "MBPP", "Average"]),
@@ -44,11 +46,91 @@ def render(board: Board, root: Path) -> list[Path]:
     root = Path(root)
     site = root / "site"
     plots_dir = site / "plots"
+    _isolate_unrenderable(board)
     shutil.rmtree(plots_dir, ignore_errors=True)
     plots = write_plots(board, plots_dir)
     atomic_write_text(root / "README.md", markdown(board))
     atomic_write_text(site / "index.html", page(board, {k: p.relative_to(site).as_posix() for k, p in plots.items()}))
+    write_ledger(board, root)
     return [root / "README.md", site / "index.html", *plots.values()]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# untrusted text: one helper per target. Every string a submission can choose (folder names, labels, provenance,
+# reasons that quote them) goes through the helper of the place it is written to.
+
+# C0 and C1 controls (ANSI escapes start with ESC) and the Unicode bidi controls (embeddings, overrides, isolates,
+# marks) that reorder what a reader sees.
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]|~$!#])")
+
+
+def plain(text: Any, keep: str = "") -> str:
+    """The text with every control character (but those in `keep`) shown as a visible escape (ESC as backslash-x1b),
+    never acted on."""
+    return _CONTROLS.sub(lambda m: m.group() if m.group() in keep else ascii(m.group())[1:-1], str(text))
+
+
+def for_terminal(text: Any) -> str:
+    """For a rich console: controls made visible, and rich markup (`[bold]`, `[/x]`) escaped."""
+    from rich.markup import escape
+
+    return escape(plain(text))
+
+
+def for_markdown(text: Any, code: bool = False) -> str:
+    """For a Markdown table cell or list item: controls made visible, HTML and Markdown syntax escaped (a `|` would
+    end the cell, `<` start a tag, `[`/`]` a link, a backtick a code span). `code=True`: as a code span."""
+    text = plain(text)
+    if code:
+        return "`" + text.replace("`", "'").replace("|", "\\|") + "`"
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MD_SPECIAL.sub(r"\\\1", text)
+
+
+def for_html(text: Any) -> str:
+    """For HTML text or an attribute value: controls made visible (line breaks and tabs are only whitespace to
+    HTML, and kept for `<pre>`), then `html.escape` (quotes included)."""
+    return html.escape(plain(text, keep="\n\t"))
+
+
+def _isolate_unrenderable(board: Board) -> None:
+    """Move to the rejected list any accepted submission whose part of the board cannot be rendered (a value no
+    check foresaw): rendered alone first, so one submission never takes the board down for the others."""
+    for report in list(board.accepted):
+        name = report.submission.get("name", report.path.name)
+        alone = Board(
+            board.release,
+            [e for e in board.entries if e.submission == name],
+            [report],
+            [],
+            board.reference,
+            board.expected,
+            {k: v for k, v in board.claims.items() if k == name},
+        )
+        try:
+            markdown(alone)
+            page(alone, {})
+        except Exception as e:  # noqa: BLE001  (the point: nothing a submission holds may take the board down)
+            report.add(f"cannot be rendered ({type(e).__name__}: {str(e)[:200]})")
+            board.accepted.remove(report)
+            board.rejected.append(report)
+            board.entries = [x for x in board.entries if x.submission != name]
+            board.claims.pop(name, None)
+
+
+def write_ledger(board: Board, root: Path) -> Path:
+    """`site/board.json`: the evidence fingerprint of each submission the board lists, so that `verify` can tell a
+    copy from the original it copies (the listed one keeps its place)."""
+    from esbench.leaderboard.verify import BOARD_LEDGER
+
+    doc = {
+        "release": board.release["id"],
+        "submissions": {r.submission.get("name", r.path.name): r.evidence for r in board.accepted if r.evidence},
+    }
+    path = Path(root) / BOARD_LEDGER
+    atomic_write_text(path, json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n")
+    return path
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -211,12 +293,14 @@ def markdown(board: Board) -> str:
         ]
         for r in board.accepted:
             prov = r.cells[0].record["provenance"] if r.cells else {}
-            commit = (prov.get("git_commit") or "?")[:10] + (" (dirty tree)" if prov.get("git_dirty") else "")
-            hw = ", ".join(prov.get("gpus") or []) or f"CPU ({prov.get('cpu_count', '?')} cores)"
+            commit = str(prov.get("git_commit") or "?")[:10] + (" (dirty tree)" if prov.get("git_dirty") else "")
+            gpus = prov.get("gpus") if isinstance(prov.get("gpus"), list) else []
+            hw = ", ".join(map(str, gpus)) or f"CPU ({prov.get('cpu_count', '?')} cores)"
+            md = for_markdown
             lines.append(
-                f"| {r.submission.get('name')} | {r.submission.get('suite')} | {len(r.cells)} | "
-                f"{r.submission.get('created', '')} | `{commit}` | {hw} | "
-                f"{prov.get('container_image_digest') or 'none (local)'} | "
+                f"| {md(r.submission.get('name'))} | {md(r.submission.get('suite'))} | {len(r.cells)} | "
+                f"{md(r.submission.get('created', ''))} | {md(commit, code=True)} | {md(hw)} | "
+                f"{md(prov.get('container_image_digest') or 'none (local)')} | "
                 f"{len(r.notes)} notes |"
             )
     else:
@@ -246,7 +330,8 @@ def markdown(board: Board) -> str:
     if board.rejected:
         lines += ["", "## Rejected submissions", ""]
         for r in board.rejected:
-            lines.append(f"- **{r.path.name}**: " + "; ".join(r.reasons[:5]) + (" …" if len(r.reasons) > 5 else ""))
+            shown = "; ".join(for_markdown(x) for x in r.reasons[:5]) + (" …" if len(r.reasons) > 5 else "")
+            lines.append(f"- **{for_markdown(r.path.name)}**: {shown}")
     return "\n".join(lines) + "\n"
 
 
@@ -257,7 +342,7 @@ def suite_sections(board: Board) -> list[str]:
         by_suite.setdefault((e.submission, e.suite), []).append(e)
     for (sub, suite), entries in by_suite.items():
         mapped = any(e.paper_model for e in entries)
-        out += [f"## Results: submission `{sub}`, suite `{suite}`", ""]
+        out += [f"## Results: submission {for_markdown(sub, code=True)}, suite {for_markdown(suite, code=True)}", ""]
         if not mapped:
             out += [
                 f"Status: **{NO_REF}**: this suite is not part of the paper's grid, so its numbers are shown as they "
@@ -290,7 +375,8 @@ def suite_sections(board: Board) -> list[str]:
                     min(statuses, key=lambda s: ["fail", "warn", "reproduced", NO_REF].index(s)) if statuses else "—"
                 )
                 out.append(
-                    f"| {e.model} | {e.method}{plug} | {e.budget} | {_seeds(e.seeds)} | "
+                    f"| {for_markdown(e.model)} | {for_markdown(e.method)}{plug} | {for_markdown(e.budget)} | "
+                    f"{_seeds(e.seeds)} | "
                     + " | ".join(cells)
                     + f" | {status} | {format_flops(e.flops)} |"
                     + (
@@ -327,18 +413,18 @@ def claims_sections(board: Board) -> list[str]:
     out: list[str] = []
     for sub in board.claims:
         rows = _claim_rows(board, sub)
-        out += ["", f"## Paper claims: submission `{sub}`", "", CLAIMS_NOTE, ""]
+        out += ["", f"## Paper claims: submission {for_markdown(sub, code=True)}", "", CLAIMS_NOTE, ""]
         out.append("| group | claim | statistic [95 % CI] | test | n | verdict | evidence | paper (arXiv 2608.27351) |")
         out.append("|---|---|---|---|---|---|---|---|")
         for r in rows:
-            cells = [r["group"], f"{r['id']}: {r['claim']}", r["statistic"], r["test"], r["n"]]
-            cells += [f"**{r['verdict']}**", r["evidence"], r["paper"]]
-            out.append("| " + " | ".join(_md_cell(c) for c in cells) + " |")
+            cells = [for_markdown(r["group"]), *map(_md_cell, [f"{r['id']}: {r['claim']}", r["statistic"], r["test"]])]
+            cells += map(_md_cell, [r["n"], f"**{r['verdict']}**", r["evidence"], r["paper"]])
+            out.append("| " + " | ".join(cells) + " |")
     return out
 
 
 def claims_html(board: Board) -> str:
-    e = html.escape
+    e = for_html
     parts = []
     for sub in board.claims:
         rows = []
@@ -614,7 +700,13 @@ def _ema_by_update(cell_dir: Path, cell: Any) -> dict[int, float]:
     """update (1-based, as Table 6 counts) -> the debiased EMA of the cell's per-update training reward."""
     from esbench.report_experiments import reward_curves
 
-    rec = {**cell.record, "_dir": cell_dir}
+    rows = cell.train  # the log as verified, not re-read from disk
+    if rows is None:
+        try:
+            rows = load_jsonl(cell_dir / "train.jsonl") if (cell_dir / "train.jsonl").exists() else []
+        except UntrustedInputError:
+            return {}
+    rec = {**cell.record, "_dir": cell_dir, "_train": rows}
     try:
         curve = reward_curves([rec], {id(rec): cell.id}).get(cell.id)
     except (KeyError, TypeError, ValueError, AttributeError):  # a log verify accepted but this reading cannot use
@@ -784,7 +876,8 @@ def write_plots(board: Board, plots_dir: Path) -> dict[str, Path]:
         for e in entries:
             curve = e.tasks[task]["curve"]
             ks = sorted(int(k) for k in curve)
-            ax.plot(ks, [curve[str(k)] for k in ks], marker="o", ms=3, label=e.method)
+            # a label is mathtext to matplotlib: an unbalanced `$` in a plug-in's name would raise while drawing
+            ax.plot(ks, [curve[str(k)] for k in ks], marker="o", ms=3, label=plain(e.method).replace("$", r"\$"))
             refs = [
                 (int(m.split("@")[1]), r["ref"])
                 for m, r in e.tasks[task]["metrics"].items()
@@ -872,12 +965,12 @@ document.addEventListener('keydown',ev=>{if(ev.key==='Escape')drawer.hidden=true
 def _td(text: str, value: Any = None, cls: str = "", title: str = "") -> str:
     attrs = ""
     if value is not None:
-        attrs += f' data-value="{html.escape(str(value))}"'
+        attrs += f' data-value="{for_html(value)}"'
     if cls:
         attrs += f' class="{cls}"'
     if title:
-        attrs += f' title="{html.escape(title)}"'
-    return f"<td{attrs}>{html.escape(text)}</td>"
+        attrs += f' title="{for_html(title)}"'
+    return f"<td{attrs}>{for_html(text)}</td>"
 
 
 def _paper_row(td: dict[str, Any]) -> str:
@@ -899,8 +992,8 @@ def _artifact_td(verdicts: list[dict[str, Any]] | None, release: dict[str, Any])
     title = " | ".join(f"seed {v['seed']}, {v['run']}: {describe(v, problems)}" for v in verdicts)
     cls = {"pass": "reproduced", "fail": "fail"}.get(status, "noref")
     return (
-        f"<td class='txt' data-value='{html.escape(status)}' title=\"{html.escape(title)}\">"
-        f"<span class='badge {cls}'>{html.escape(status)}</span></td>"
+        f"<td class='txt' data-value='{for_html(status)}' title=\"{for_html(title)}\">"
+        f"<span class='badge {cls}'>{for_html(status)}</span></td>"
     )
 
 
@@ -918,7 +1011,7 @@ def _coverage_class(status: str) -> str:
 def coverage_html(tables: list[TableCoverage]) -> str:
     """The coverage section of the page: the counts per (table, model, method), sortable, then each table in the
     paper's layout (folded), every value coloured by its status, the target and its source in the tooltip."""
-    e = html.escape
+    e = for_html
     everything = [c for tc in tables for c in tc.values]
     total = _counts(everything)
     labels = ["table", "model", "method", "paper values", "reproduced", "warn", "fail", REPORTED, AWAITING]
@@ -981,7 +1074,7 @@ def _status_class(status: str | None) -> str:
 
 def page(board: Board, plots: dict[str, str]) -> str:
     rel = board.release
-    e = html.escape
+    e = for_html
     cov = coverage(board)
     head = [
         "<th class='txt'>submission</th>",
@@ -1056,7 +1149,10 @@ def page(board: Board, plots: dict[str, str]) -> str:
         for k, src in sorted(plots.items())
     )
     rejected = "".join(f"<li><b>{e(r.path.name)}</b>: {e('; '.join(r.reasons[:5]))}</li>" for r in board.rejected)
-    data = json.dumps({"release": rel["id"], "entries": drawer_data}, sort_keys=True).replace("</", "<\\/")
+    # ASCII JSON in which no value can end the script element (`</`) or open a comment in it (`<!--`); no NaN, which
+    # the browser's JSON.parse refuses (the strict reader keeps it out of records; a failure here isolates the entry)
+    data = json.dumps({"release": rel["id"], "entries": drawer_data}, sort_keys=True, allow_nan=False)
+    data = data.replace("</", "<\\/").replace("<!--", "\\u003c!--")
     table = (
         "<div class='wrap'><table id='results' class='sortable'><thead><tr>"
         + "".join(head)

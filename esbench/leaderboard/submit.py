@@ -9,7 +9,6 @@ into place, so a rejected or interrupted submission leaves nothing behind. A dup
 from __future__ import annotations
 
 import datetime as dt
-import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 from esbench.leaderboard.release import CURRENT
 from esbench.leaderboard.verify import MANIFEST, NAME, SUBMISSION, SUBMISSION_SCHEMA, Report, manifest_for, verify
 from esbench.records import atomic_write_json
+from esbench.untrusted import UntrustedInputError, load_json_object, read_bytes
 
 
 class SubmitError(Exception):
@@ -57,7 +57,16 @@ def submit(
     if dest.exists():
         raise SubmitError(f"submission {name!r} already exists at {dest}; choose another name")
     cells = find_cells(run_dir)
-    records = [json.loads((c / "record.json").read_text()) for c in cells]
+    try:  # a run folder is read like a submission: no link followed, no FIFO or device read, strict JSON
+        records = [load_json_object(c / "record.json") for c in cells]
+        for r in records:
+            if not isinstance(r.get("cell"), dict) or not isinstance(r["cell"].get("labels"), dict):
+                raise UntrustedInputError("a record without cell labels")
+        for c, r in zip(cells, records, strict=True):  # its id names the folder it is copied to
+            if r["cell"].get("id") != c.name:
+                raise UntrustedInputError(f"{c / 'record.json'}: cell id {r['cell'].get('id')!r} is not its folder's")
+    except UntrustedInputError as e:
+        raise SubmitError(f"cannot package the run: {e}") from None
     suites = sorted({r["cell"]["labels"]["suite"] for r in records})
     if len(suites) != 1:
         raise SubmitError(f"a submission covers one suite; these cells come from {suites}")
@@ -71,11 +80,14 @@ def submit(
         for c, r in zip(cells, records, strict=True):
             out = staged / "cells" / r["cell"]["id"]
             (out / "samples").mkdir(parents=True)
-            for f in ("cell.json", "record.json", "train.jsonl"):
-                if (c / f).exists():
-                    shutil.copyfile(c / f, out / f)
-            for f in sorted((c / "samples").glob("*.jsonl")):
-                shutil.copyfile(f, out / "samples" / f.name)
+            files = [f for f in ("cell.json", "record.json", "train.jsonl") if (c / f).exists()]
+            try:
+                for f in files:
+                    (out / f).write_bytes(read_bytes(c / f))
+                for f in sorted((c / "samples").glob("*.jsonl")):
+                    (out / "samples" / f.name).write_bytes(read_bytes(f))
+            except UntrustedInputError as e:
+                raise SubmitError(f"cannot package the run: {e}") from None
         meta: dict[str, Any] = {
             "schema": SUBMISSION_SCHEMA,
             "name": name,

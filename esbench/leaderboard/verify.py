@@ -12,8 +12,16 @@ Nothing in a submission is trusted. Verification:
   every response (the stored `correct` flags are ignored) and recomputes every metric of the record.
 
 It collects every reason rather than stopping at the first, so a submitter fixes everything in one go, and turns
-malformed input into reasons rather than tracebacks. What it cannot detect is a consistent forgery of the model's
-outputs themselves (docs/leaderboard.md says which); re-running a cell is the check for that.
+malformed input into reasons rather than tracebacks. Two exceptions end the work early: the manifest comes first, and
+a submission whose files do not match it (or whose samples do not match their record's hashes) is rejected at the
+first failed hash, with nothing further read or recomputed. Every file is read by `esbench.untrusted` (regular files
+only, no link followed, a size cap, strict JSON), so no file, FIFO or device can hang or exhaust verify.
+
+Evidence, not names, identifies a submission: one whose cells' sampled outputs are all those of another submission
+(on the board, or accepted in the submissions folder) is rejected as a copy, whatever it is called.
+
+What it cannot detect is a consistent forgery of the model's outputs themselves (docs/leaderboard.md says which);
+re-running a cell is the check for that.
 
 The checks of a single cell folder, and the `Report` and `CellResult` they fill, live in verify_cell.py; this
 module holds the submission-level flow: the manifest, submission.json, the release grid and the cross-cell checks.
@@ -21,7 +29,10 @@ module holds the submission-level flow: the manifest, submission.json, the relea
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +46,18 @@ from esbench.leaderboard.verify_cell import (
     Report,
     _check_cell,
     _read_json,
+    _refused,
+    response_evidence,
 )
 from esbench.records import sha256_file
+from esbench.untrusted import UntrustedInputError, load_json_object, load_jsonl, read_bytes
 
 SUBMISSION_SCHEMA = "esbench.submission/1"
 MANIFEST = "MANIFEST.json"
 SUBMISSION = "submission.json"
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,79}$")
+BOARD_LEDGER = Path("site") / "board.json"  # under the leaderboard root: the evidence of each listed submission
+MAX_ENTRIES = 100_000  # files and folders in one submission (a paper-scale one has a few thousand)
 
 
 def manifest_for(directory: Path) -> dict[str, Any]:
@@ -54,8 +70,11 @@ def manifest_for(directory: Path) -> dict[str, Any]:
     return {"algorithm": "sha256", "files": files}
 
 
-def verify(path: Path, root: Path, release_id: str = CURRENT) -> Report:
-    """Verify the submission at `path` against release `release_id` of the leaderboard at `root`."""
+def verify(path: Path, root: Path, release_id: str = CURRENT, peers: dict[Path, str | None] | None = None) -> Report:
+    """Verify the submission at `path` against release `release_id` of the leaderboard at `root`.
+
+    `peers` maps the other submission folders to their `submission_evidence` (computed here from
+    `root/submissions` when None; `{}` skips the check for copies)."""
     path = Path(path)
     report = Report(path, release_id)
     try:
@@ -63,10 +82,13 @@ def verify(path: Path, root: Path, release_id: str = CURRENT) -> Report:
     except (FileNotFoundError, ValueError) as e:
         report.add(f"release: {e}")
         return report
-    if not path.is_dir():
-        report.add(f"{path}: not a submission folder")
+    if path.is_symlink() or not path.is_dir():
+        report.add(f"{path.name}: not a submission folder" + (" (a symbolic link)" if path.is_symlink() else ""))
         return report
     _guarded(report, MANIFEST, _check_manifest, path, report)
+    if report.reasons:  # files that are not the packaged ones: nothing in them is read, nothing recomputed
+        report.stopped = True
+        return report
     sub = _read_json(path / SUBMISSION, report, SUBMISSION)
     if isinstance(sub, dict):
         report.submission = sub
@@ -86,12 +108,21 @@ def verify(path: Path, root: Path, release_id: str = CURRENT) -> Report:
     if not dirs:
         report.add("cells/: the submission has no cells")
     for d in dirs:
+        n_before = len(report.reasons)
         cell = _guarded(report, f"cells/{d.name}", _check_cell, d, release, grid, report)
+        if report.stopped:
+            return report
         if cell is not None:
             report.cells.append(cell)
+        elif len(report.reasons) == n_before:  # never drop a cell silently: a dropped cell is a rejected one
+            report.add(f"cells/{d.name}: could not be verified")
     _guarded(report, "across cells", _check_across_cells, report, sub if isinstance(sub, dict) else {}, dirs)
+    if not report.cells and not report.reasons:
+        report.add("no cell was verified (an empty verification is never accepted)")
     for key, ids in sorted(report.unverified.items()):
         report.notes.append(f"{key} of {len(ids)} cells is not recomputable from samples (not shown on the board)")
+    if report.ok:
+        _guarded(report, "copies", _check_copies, report, path, Path(root), release_id, peers)
     return report
 
 
@@ -110,28 +141,79 @@ def _guarded(report: Report, where: str, check, *args):
 # submission-level checks
 
 
+def _walk(path: Path, report: Report) -> dict[str, str]:
+    """Every entry under `path` by relative name -> "file" or "dir", looked at with lstat (never followed); links,
+    FIFOs, sockets and devices are reasons. Iterative and capped, so no tree shape can exhaust it."""
+    out: dict[str, str] = {}
+    todo = [path]
+    while todo:
+        d = todo.pop()
+        try:
+            names = sorted(os.listdir(d))
+        except OSError as e:
+            report.add(f"{d.relative_to(path).as_posix()}: cannot be listed ({e.strerror})")
+            continue
+        for name in names:
+            p = d / name
+            rel = p.relative_to(path).as_posix()
+            if len(out) >= MAX_ENTRIES:
+                report.add(f"more than {MAX_ENTRIES} files and folders: not a submission esbench packaged")
+                return out
+            try:
+                mode = os.lstat(p).st_mode
+            except OSError as e:
+                report.add(f"{rel}: cannot be read ({e.strerror})")
+                continue
+            if stat.S_ISLNK(mode):
+                report.add(f"{rel}: symbolic links are not allowed in a submission")
+            elif stat.S_ISDIR(mode):
+                out[rel] = "dir"
+                todo.append(p)
+            elif stat.S_ISREG(mode):
+                out[rel] = "file"
+            else:
+                report.add(f"{rel}: not a regular file (a FIFO, socket or device is not allowed in a submission)")
+    return out
+
+
 def _check_manifest(path: Path, report: Report) -> None:
+    """Structure first (lstat only, nothing read), then each listed file hashed by the strict reader; the first
+    hash that fails ends the check."""
+    entries = _walk(path, report)
+    if entries.get(MANIFEST) != "file":
+        if MANIFEST not in entries and not os.path.lexists(path / MANIFEST):
+            report.add(f"{MANIFEST}: missing")
+        return
     manifest = _read_json(path / MANIFEST, report, MANIFEST)
     if manifest is None:
         return
     listed = manifest.get("files") if isinstance(manifest, dict) else None
-    if not isinstance(listed, dict) or manifest.get("algorithm") != "sha256":
+    if (
+        not isinstance(listed, dict)
+        or manifest.get("algorithm") != "sha256"
+        or not all(isinstance(v, str) for v in listed.values())
+    ):
         report.add(f"{MANIFEST}: expected {{'algorithm': 'sha256', 'files': {{path: sha256}}}}")
         return
-    for p in sorted(path.rglob("*")):
-        rel = p.relative_to(path).as_posix()
-        if p.is_symlink():
-            report.add(f"{rel}: symbolic links are not allowed in a submission")
-        elif p.is_file() and rel != MANIFEST and rel not in listed:
+    for rel, kind in sorted(entries.items()):
+        if kind == "file" and rel != MANIFEST and rel not in listed:
             report.add(f"{rel}: file not listed in {MANIFEST} (extra file)")
-    for rel, digest in sorted(listed.items()):
-        target = path / rel
+    for rel in sorted(listed):
         if rel.startswith("/") or ".." in Path(rel).parts:
             report.add(f"{MANIFEST}: path {rel!r} points outside the submission")
-        elif not target.is_file() or target.is_symlink():
+        elif entries.get(rel) != "file":
             report.add(f"{rel}: listed in {MANIFEST} but missing")
-        elif sha256_file(target) != digest:
-            report.add(f"{rel}: SHA-256 does not match {MANIFEST} (file edited after packaging)")
+    if report.reasons:
+        return
+    for rel, digest in sorted(listed.items()):
+        try:
+            data = read_bytes(path / rel)
+        except UntrustedInputError as e:
+            report.stop(_refused(e, path / rel, rel))
+            return
+        if hashlib.sha256(data).hexdigest() != digest:
+            report.stop(f"{rel}: SHA-256 does not match {MANIFEST} (file edited after packaging)")
+            return
 
 
 def _check_submission(sub: dict[str, Any], path: Path, release: dict[str, Any], report: Report) -> None:
@@ -244,3 +326,86 @@ def _check_across_cells(report: Report, sub: dict[str, Any], dirs: list[Path]) -
         if key in starts and start != starts[key][1]:
             report.add(f"cells {starts[key][0]} and {c.id} use the same model spec but start from different weights")
         starts.setdefault(key, (c.id, start))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# copies: the same evidence under another name
+
+
+def submission_evidence(path: Path) -> str | None:
+    """A submission's evidence fingerprint: the sorted per-cell hashes of every sampled response (the same hash as
+    `CellResult.evidence`: formatting, row order and names play no part). None when it cannot be read.
+
+    Read with the strict reader and without verifying (cheap: no verifier runs), so the fingerprints of every
+    submission in a folder can be set side by side; a match is then confirmed by verifying the other one."""
+    path = Path(path)
+    cells: list[str] = []
+    try:
+        if path.is_symlink() or not (path / "cells").is_dir() or (path / "cells").is_symlink():
+            return None
+        for d in sorted((path / "cells").iterdir()):
+            if d.is_symlink() or not d.is_dir():
+                continue
+            spec = load_json_object(d / "record.json").get("cell", {}).get("spec", {})
+            h = hashlib.sha256()
+            for t in spec.get("eval", {}).get("tasks", []):
+                h.update(response_evidence(load_jsonl(d / "samples" / f"{t}.jsonl")))
+            cells.append(h.hexdigest())
+    except (UntrustedInputError, OSError, AttributeError, TypeError):
+        return None
+    return hashlib.sha256("\n".join(sorted(cells)).encode()).hexdigest() if cells else None
+
+
+def board_ledger(root: Path) -> dict[str, str]:
+    """Submission name -> evidence fingerprint of the submissions the built board lists (`BOARD_LEDGER`, written by
+    `leaderboard build`); empty when there is none or it cannot be read."""
+    try:
+        listed = load_json_object(Path(root) / BOARD_LEDGER).get("submissions")
+    except UntrustedInputError:
+        return {}
+    if not isinstance(listed, dict):
+        return {}
+    return {k: v for k, v in listed.items() if isinstance(v, str)}
+
+
+def submission_folders(root: Path) -> list[Path]:
+    """The entries of `root/submissions` that are (or pretend to be, through a link) submission folders."""
+    subs = Path(root) / "submissions"
+    if subs.is_symlink() or not subs.is_dir():
+        return []
+    return sorted(p for p in subs.iterdir() if not p.name.startswith(".") and (p.is_symlink() or p.is_dir()))
+
+
+def _check_copies(
+    report: Report, path: Path, root: Path, release_id: str, peers: dict[Path, str | None] | None
+) -> None:
+    """Reject a submission whose evidence is another's. The one the built board already lists keeps its place; while
+    neither is on the board, both are rejected (so a copy can never push the original off)."""
+    evidence = submission_evidence(path)
+    if evidence is None:
+        report.add("the submission's evidence cannot be read back (files changed while it was verified?)")
+        return
+    report.evidence = evidence
+    ledger = board_ledger(root)
+    for name, fp in sorted(ledger.items()):
+        if fp == evidence and name != path.name:
+            report.add(
+                f"copied evidence: every sampled output equals submission {name!r}'s, already on the board "
+                "(a submission is identified by its evidence, not its name)"
+            )
+            return
+    if ledger.get(path.name) == evidence or peers == {}:
+        return
+    if peers is None:
+        peers = {p: submission_evidence(p) for p in submission_folders(root)}
+    here = path.resolve()
+    for other, fp in sorted(peers.items()):
+        if fp != evidence or Path(other).resolve() == here:
+            continue
+        if verify(Path(other), root, release_id, peers={}).ok:
+            report.add(
+                f"copied evidence: every sampled output equals submission {Path(other).name!r}'s "
+                "(a submission is identified by its evidence, not its name); neither is on the board yet, so "
+                "neither is accepted until one is withdrawn"
+            )
+            return

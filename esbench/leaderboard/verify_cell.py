@@ -12,15 +12,16 @@ The two are separate so each reads on its own; this module is the lower one. It 
 from __future__ import annotations
 
 import hashlib
-import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from esbench.leaderboard.grid import ReleaseGrid, _canon, _diff_paths
 from esbench.leaderboard.release import task_source, verifier_fingerprint
-from esbench.records import CELL_SEED_EVAL_RELEASES, eval_seed, sha256_file
+from esbench.records import CELL_SEED_EVAL_RELEASES, eval_seed
+from esbench.untrusted import UntrustedInputError, load_jsonl, loads, read_bytes, read_text
 
 CELL_FILES = {"cell.json", "record.json", "train.jsonl"}
 RECORD_KEYS = {
@@ -36,6 +37,9 @@ RECORD_KEYS = {
     "samples_sha256": dict,
 }
 TOL = 1e-9
+# Verifiers that grade by running the response as code: their verdicts count only from the OS-confined sandbox.
+CODE_VERIFIERS = {"mbpp"}
+CONFINED_MODE = "bwrap"
 
 
 @dataclass
@@ -48,6 +52,7 @@ class CellResult:
     per_problem: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # task -> metric -> values
     grid: str = ""  # "release" or "plug-in"
     evidence: str = ""  # hash of every sampled response, to spot one run submitted under two seeds
+    train: list[dict[str, Any]] | None = None  # train.jsonl as verified (render reads it from here, not from disk)
 
 
 @dataclass
@@ -59,13 +64,22 @@ class Report:
     unverified: dict[str, list[str]] = field(default_factory=dict)  # record fields verify cannot recompute
     cells: list[CellResult] = field(default_factory=list)
     submission: dict[str, Any] = field(default_factory=dict)
+    stopped: bool = False  # a hash failed: nothing further is read or recomputed
+    evidence: str = ""  # the submission's evidence fingerprint (`verify.submission_evidence`), set when accepted
 
     @property
     def ok(self) -> bool:
-        return not self.reasons
+        """Accepted: no reason, and at least one cell verified (an empty verification proves nothing)."""
+        return not self.reasons and bool(self.cells)
 
     def add(self, reason: str) -> None:
         self.reasons.append(reason)
+
+    def stop(self, reason: str) -> None:
+        """A failed hash: the submission is rejected whatever else holds, so the work ends here (a hostile
+        submission cannot make verify recompute, or run verifiers on, content it has already been caught editing)."""
+        self.add(reason)
+        self.stopped = True
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -86,13 +100,29 @@ def _get(d: Any, dotted: str) -> tuple[bool, Any]:
     return True, d
 
 
+def _refused(e: UntrustedInputError, path: Path, what: str) -> str:
+    """The reader's one-line reason, with the submission-relative name instead of the absolute path."""
+    return str(e).replace(os.fspath(path), what)
+
+
 def _read_json(path: Path, report: Report, what: str) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
+    """A submission's JSON file, read by the strict reader (regular file only, no link followed, size cap,
+    duplicate keys, NaN/Infinity and deep nesting refused); None, with the reason added, when it is refused."""
+    if not os.path.lexists(path):
         report.add(f"{what}: missing")
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        report.add(f"{what}: not valid JSON ({e})")
+        return None
+    try:
+        return loads(read_text(path), what=what)
+    except UntrustedInputError as e:
+        report.add(_refused(e, path, what))
+    return None
+
+
+def _read_jsonl(path: Path, report: Report, what: str) -> list[dict[str, Any]] | None:
+    try:
+        return load_jsonl(path)
+    except UntrustedInputError as e:
+        report.add(_refused(e, path, what))
     return None
 
 
@@ -103,8 +133,14 @@ def _check_cell(d: Path, release: dict[str, Any], grid: ReleaseGrid, report: Rep
     for p in sorted(d.iterdir()):
         if p.name not in CELL_FILES and p.name != "samples":
             report.add(f"{where}/{p.name}: unexpected file in a cell folder")
+    n_before = len(report.reasons)
     record = _read_json(d / "record.json", report, f"{where}/record.json")
     cell_json = _read_json(d / "cell.json", report, f"{where}/cell.json")
+    if len(report.reasons) == n_before:  # read and parsed: both must then be objects
+        if not isinstance(record, dict):
+            report.add(f"{where}/record.json: holds {_kind(record)}, not an object (a cell's record)")
+        if not isinstance(cell_json, dict):
+            report.add(f"{where}/cell.json: holds {_kind(cell_json)}, not an object (the cell's spec and labels)")
     if not isinstance(record, dict):
         return None
     n_before = len(report.reasons)
@@ -138,7 +174,7 @@ def _check_cell(d: Path, release: dict[str, Any], grid: ReleaseGrid, report: Rep
         report.add(f"{where}: cell spec edited: its hash is {real_id}, the record claims id {cell.get('id')}")
     if d.name != cell.get("id"):
         report.add(f"{where}: folder name does not match the record's cell id {cell.get('id')} (renamed cell folder)")
-    if cell_json is not None and cell_json != cell:
+    if isinstance(cell_json, dict) and cell_json != cell:
         report.add(
             f"{where}/cell.json: differs from the record's cell at {', '.join(_diff_paths(cell_json, cell)[:6])}"
         )
@@ -152,9 +188,13 @@ def _check_cell(d: Path, release: dict[str, Any], grid: ReleaseGrid, report: Rep
         report.unverified.setdefault(key, []).append(result.id)  # e.g. `analyses`: drift, diversity, sparsity
     _check_provenance(where, record, release, report)
     train_size = _check_datasets(where, record, release, report)
-    _check_train_log(where, d, record, train_size, report)
+    result.train = _check_train_log(where, d, record, train_size, report)
     _recompute(where, d, record, release, result, report)
     return result
+
+
+def _kind(x: Any) -> str:
+    return "null" if x is None else type(x).__name__
 
 
 def _check_labels(where: str, cell: dict[str, Any], on: Any, placed: str, grid: ReleaseGrid, report: Report) -> None:
@@ -203,6 +243,43 @@ def _check_provenance(where: str, record: dict[str, Any], release: dict[str, Any
         report.add(f"{where}: missing provenance: provenance.model needs weights_sha256 or a pinned revision")
     if spec.get("dataset") is None and prov.get("final_weights_sha256") != model.get("state_sha256"):
         report.add(f"{where}: an untrained cell's final weights differ from its starting weights")
+    _check_environment(where, prov, spec, report)
+
+
+def _check_environment(where: str, prov: dict[str, Any], spec: dict[str, Any], report: Report) -> None:
+    """What the run's environment changed about what was evaluated, and how code was graded.
+
+    `env_overrides` lists environment variables that changed the evaluated content (ESBENCH_DATASETS_DIR, say): such
+    a cell did not evaluate the release's sets as the release loads them (absent in records before it existed).
+    A cell with a task graded by running code counts only when it ran in the OS-confined sandbox."""
+    overrides = prov.get("env_overrides")
+    if overrides is not None and not isinstance(overrides, dict):
+        report.add(f"{where}: provenance.env_overrides must be an object of environment variables")
+    elif overrides:
+        names = ", ".join(sorted(map(str, overrides))[:6])
+        report.add(
+            f"{where}: provenance.env_overrides: the run changed what was evaluated through the environment ({names});"
+            " the leaderboard accepts only runs of the release's own data"
+        )
+    if _graded_by_execution(spec):
+        sandbox = prov.get("sandbox")
+        mode = sandbox.get("mode") if isinstance(sandbox, dict) else None
+        if mode != CONFINED_MODE:
+            report.add(
+                f"{where}: provenance.sandbox.mode is {mode!r}: the leaderboard accepts verdicts only from the "
+                f"confined mode ({CONFINED_MODE!r}) for tasks graded by running code"
+            )
+
+
+def _graded_by_execution(spec: dict[str, Any]) -> bool:
+    """Whether a task of the cell (evaluated, or its training set's, whose verdicts were the reward) runs code."""
+    from esbench.tasks import TASKS
+
+    names = list(spec["eval"].get("tasks") or [])
+    dataset = spec.get("dataset")
+    if isinstance(dataset, dict):
+        names.append(dataset.get("task"))
+    return any(isinstance(t, str) and t in TASKS and TASKS[t].verifier in CODE_VERIFIERS for t in names)
 
 
 def _check_datasets(where: str, record: dict[str, Any], release: dict[str, Any], report: Report) -> int | None:
@@ -245,29 +322,29 @@ def _check_datasets(where: str, record: dict[str, Any], release: dict[str, Any],
     return len(rows)
 
 
-def _check_train_log(where: str, d: Path, record: dict[str, Any], train_size: int | None, report: Report) -> None:
+def _check_train_log(
+    where: str, d: Path, record: dict[str, Any], train_size: int | None, report: Report
+) -> list[dict[str, Any]] | None:
+    """Check the training log against the record and the budget; returns its rows (None: none, or refused)."""
     from esbench.records import train_summary as _train_summary
 
     spec = record["cell"]["spec"]
     log = d / "train.jsonl"
     used = record["budget_used"].get("updates")
     if spec.get("dataset") is None:
-        if log.exists() and log.read_text().strip():
-            report.add(f"{where}/train.jsonl: an untrained cell has a training log")
+        if os.path.lexists(log):
+            rows = _read_jsonl(log, report, f"{where}/train.jsonl")
+            if rows:
+                report.add(f"{where}/train.jsonl: an untrained cell has a training log")
         if used not in (0, None):
             report.add(f"{where}: budget_used.updates is {used!r} for a cell that does not train")
-        return
-    if not log.exists():
+        return None
+    if not os.path.lexists(log):
         report.add(f"{where}/train.jsonl: missing (the cell trains)")
-        return
-    try:
-        rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-    except json.JSONDecodeError as e:
-        report.add(f"{where}/train.jsonl: not valid JSON lines ({e})")
-        return
-    if not all(isinstance(r, dict) for r in rows):
-        report.add(f"{where}/train.jsonl: every line must be a JSON object")
-        return
+        return None
+    rows = _read_jsonl(log, report, f"{where}/train.jsonl")
+    if rows is None:
+        return None
     summary = _train_summary(rows)
     # The budget is the comparison's unit: a cell that spent more updates than its spec says is not on the grid
     # point it claims, whatever its record says. The log has one reward row per update.
@@ -279,6 +356,7 @@ def _check_train_log(where: str, d: Path, record: dict[str, Any], train_size: in
     for k, v in summary.items():
         if not _close(record["train"].get(k), v):
             report.add(f"{where}: record train.{k} is {record['train'].get(k)!r}, train.jsonl gives {v!r}")
+    return rows
 
 
 def _expected_updates(spec: dict[str, Any], train_size: int) -> int | None:
@@ -311,18 +389,22 @@ def _close(a: Any, b: Any) -> bool:
     return a == b
 
 
-def _read_samples(path: Path, where: str, report: Report) -> list[dict[str, Any]] | None:
-    if path.is_symlink():
-        return None  # reported by the manifest check; never follow a link out of the submission
-    if not path.is_file():
+def _read_samples(data: bytes | None, where: str, report: Report) -> list[dict[str, Any]] | None:
+    """The rows of a per-sample log, parsed from the very bytes whose hash was checked (None: missing or refused)."""
+    if data is None:
         report.add(f"{where}: missing per-sample log")
         return None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        report.add(f"{where}: not UTF-8 ({e.reason} at byte {e.start})")
+        return None
     rows = []
-    for i, line in enumerate(path.read_text().splitlines(), 1):
+    for i, line in enumerate(text.splitlines(), 1):
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            report.add(f"{where}:{i}: not valid JSON")
+            row = loads(line, what=f"{where}:{i}")
+        except UntrustedInputError as e:
+            report.add(str(e))
             return None
         if not isinstance(row, dict) or not isinstance(row.get("resps"), list) or not isinstance(row.get("doc"), dict):
             report.add(f"{where}:{i}: a sample row needs doc_id, doc and resps")
@@ -410,16 +492,26 @@ def _recompute(
     evidence = hashlib.sha256()
     samples_dir = d / "samples"
     # The run hashed its per-sample logs into the record: an edit that keeps every verdict (say, to a response's
-    # reasoning) still breaks the binding, even when the manifest was re-made.
+    # reasoning) still breaks the binding, even when the manifest was re-made. Each log is read once (strictly),
+    # hashed, and parsed from those same bytes; the first hash that fails ends the work.
     bound = record["samples_sha256"]
     present = sorted(p.name for p in samples_dir.glob("*.jsonl")) if samples_dir.is_dir() else []
+    data: dict[str, bytes] = {}
     for name in sorted(set(bound) | set(present)):
         if name not in present:
             report.add(f"{where}/samples/{name}: removed (the record hashed it at run time)")
-        elif name not in bound:
+            continue
+        if name not in bound:
             report.add(f"{where}/samples/{name}: not produced by the run (absent from the record's samples_sha256)")
-        elif (samples_dir / name).is_symlink() or sha256_file(samples_dir / name) != bound[name]:
-            report.add(f"{where}/samples/{name}: edited sample (SHA-256 differs from the record's samples_sha256)")
+            continue
+        try:
+            data[name] = read_bytes(samples_dir / name)
+        except UntrustedInputError as e:
+            report.stop(_refused(e, samples_dir / name, f"{where}/samples/{name}"))
+            return
+        if hashlib.sha256(data[name]).hexdigest() != bound[name]:
+            report.stop(f"{where}/samples/{name}: edited sample (SHA-256 differs from the record's samples_sha256)")
+            return
     if samples_dir.is_dir():
         for p in sorted(samples_dir.iterdir()):
             if p.name not in allowed:
@@ -438,19 +530,19 @@ def _recompute(
             continue
         expected = task.rows("test", ev.get("limit") or None)
         claimed = metrics.get(t)
-        sampled = _read_samples(samples_dir / f"{t}.jsonl", f"{where}/samples/{t}.jsonl", report)
+        sampled = _read_samples(data.get(f"{t}.jsonl"), f"{where}/samples/{t}.jsonl", report)
         greedy = None
         if ev["greedy"]:
-            greedy = _read_samples(samples_dir / f"{t}.greedy.jsonl", f"{where}/samples/{t}.greedy.jsonl", report)
+            greedy = _read_samples(data.get(f"{t}.greedy.jsonl"), f"{where}/samples/{t}.greedy.jsonl", report)
             if greedy is not None:
                 greedy = _rescore(greedy, t, expected, 1, f"{where}/samples/{t}.greedy.jsonl", report)
         if sampled is None:
             continue
-        raw = sorted((r for r in sampled if isinstance(r.get("doc_id"), int)), key=lambda r: r["doc_id"])
+        raw = sampled
         sampled = _rescore(sampled, t, expected, ev["n"], f"{where}/samples/{t}.jsonl", report)
         if sampled is None or (ev["greedy"] and greedy is None):
             continue
-        evidence.update(_canon([r["resps"] for r in raw]).encode())
+        evidence.update(response_evidence(raw))
         got = summarise(sampled, greedy, ev["k"])
         got.update(_derived(claimed if isinstance(claimed, dict) else {}, sampled))
         if not isinstance(claimed, dict):
@@ -475,3 +567,10 @@ def _recompute(
             pp["greedy"] = [float(r["correct"][0]) for r in greedy]
         result.per_problem[t] = pp
     result.evidence = evidence.hexdigest() if result.recomputed else ""
+
+
+def response_evidence(rows: list[dict[str, Any]]) -> bytes:
+    """A task's sampled responses in a canonical form, whatever the file's formatting or row order: what a cell's
+    evidence hash is made of (here and in `verify.submission_evidence`, which must agree with it)."""
+    ordered = sorted((r for r in rows if isinstance(r.get("doc_id"), int)), key=lambda r: r["doc_id"])
+    return _canon([r.get("resps") for r in ordered]).encode()

@@ -55,17 +55,26 @@ def test_edited_metric(tampered):
     assert all("SHA-256" not in r for r in got)  # the manifest was re-made; the recomputation caught it
 
 
-def test_edited_metric_without_rehash_names_the_hash_too(tampered):
+def test_edited_metric_without_rehash_stops_at_the_hash(tampered):
+    """A file that is not the packaged one rejects the submission at once: nothing in it is recomputed (issue 22)."""
     root, sub = tampered
     cell = cells(sub)["tiny/-/base/b0/s0"]
     edit_json(cell / "record.json", lambda r: r["metrics"]["tiny_reverse"].update({"greedy": 0.123456}))
-    assert_rejected(root, sub, "record.json: SHA-256 does not match", "edited metric: metrics.tiny_reverse.greedy")
+    got = assert_rejected(root, sub, "record.json: SHA-256 does not match")
+    assert not any("edited metric" in r for r in got)
 
 
-def _rewrite_samples(path, fn):
+def _rewrite_samples(path, fn, rebind=True):
+    """Edit a per-sample log. `rebind`: also re-bind it in the record's samples_sha256, as a forger who wants the
+    recomputation (not the hash, which ends the work: issue 22) to be what judges the edit does."""
+    import hashlib
+
     rows = [json.loads(x) for x in path.read_text().splitlines()]
     rows = fn(rows)
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if rebind:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        edit_json(path.parent.parent / "record.json", lambda r: r["samples_sha256"].update({path.name: digest}))
 
 
 def test_edited_sample_response(tampered):
@@ -253,8 +262,10 @@ def test_swapped_samples_between_cells(tampered):
     (b / "tiny_arith.jsonl").rename(a / "tiny_arith.jsonl")
     tmp.rename(b / "tiny_arith.jsonl")
     rehash(sub)
-    got = assert_rejected(root, sub, "edited metric")
-    assert any(c["tiny/arith/es/b2/s0"].name in r for r in got) and any(c["tiny/-/base/b0/s1"].name in r for r in got)
+    # the samples no longer match their records' hashes: the first such hash ends the work (issue 22)
+    got = assert_rejected(root, sub, "edited sample (SHA-256 differs from the record's samples_sha256)")
+    first = min(c["tiny/arith/es/b2/s0"].name, c["tiny/-/base/b0/s1"].name)
+    assert len(got) == 1 and first in got[0]
 
 
 def test_renamed_cell_folder(tampered):
@@ -372,7 +383,7 @@ def test_verdict_neutral_edit_of_a_response(tampered):
         r["resps"][0] = "I am sure.\n" + r["resps"][0]
         return rows
 
-    _rewrite_samples(path, reword)
+    _rewrite_samples(path, reword, rebind=False)
     rehash(sub)
     got = assert_rejected(
         root, sub, "tiny_arith.jsonl: edited sample (SHA-256 differs from the record's samples_sha256)"
