@@ -130,31 +130,36 @@ TASKS: dict[str, TaskDef] = {
     "tiny_arith": TaskDef("tiny_arith", "arith", "hash"),
     "tiny_reverse": TaskDef("tiny_reverse", "reverse", "exact"),
     "tiny_max": TaskDef("tiny_max", "max", "hash"),
-    # the paper's tasks (arXiv 2608.27351): the family's system prompt through the chat template (App. G.4)
-    "gsm8k": _paper("gsm8k", "math", MATH_SYSTEM_PROMPT),
-    "deepscaler": _paper("deepscaler", "math", MATH_SYSTEM_PROMPT),
+    # the paper's tasks (arXiv 2608.27351): the family's system prompt through the chat template (App. G.4).
+    # Every math, choice and countdown task went up one version with issue 22's bounded verifiers: a length cap per
+    # response and answer, a linear last-box scan, math-verify in a worker with a 10 s limit per answer (a timeout
+    # is a wrong answer, listed in the row's `errors`), and math judged the same off the main thread.
+    "gsm8k": _paper("gsm8k", "math", MATH_SYSTEM_PROMPT, version=2),
+    "deepscaler": _paper("deepscaler", "math", MATH_SYSTEM_PROMPT, version=2),
     # 2: math-ai/aime24 at a pinned commit, the paper's collection (1: HuggingFaceH4/aime_2024)
-    "aime24": _paper("aime24", "math", MATH_SYSTEM_PROMPT, version=2),
-    "aime25": _paper("aime25", "math", MATH_SYSTEM_PROMPT),
+    "aime24": _paper("aime24", "math", MATH_SYSTEM_PROMPT, version=3),
+    "aime25": _paper("aime25", "math", MATH_SYSTEM_PROMPT, version=2),
     # 2: revision pinned (1 loaded the hub's default branch)
-    "amc23": _paper("amc23", "math", MATH_SYSTEM_PROMPT, version=2),
-    "math500": _paper("math500", "math", MATH_SYSTEM_PROMPT),
+    "amc23": _paper("amc23", "math", MATH_SYSTEM_PROMPT, version=3),
+    "math500": _paper("math500", "math", MATH_SYSTEM_PROMPT, version=2),
     # 2: the paper's multiple-choice system prompt and a plain question + `A. text` message (1: the math prompt and
     # an appended instruction); the letter is read from the last box only (1 also took "the answer is (B)")
-    "commonsense_qa": _paper("commonsense_qa", "choice", CHOICE_SYSTEM_PROMPT, version=2),
+    "commonsense_qa": _paper("commonsense_qa", "choice", CHOICE_SYSTEM_PROMPT, version=3),
     # 2: revision pinned; 3: the paper's open-QA system prompt, no appended instruction, answer in <answer> tags
     # (2: the math prompt, the answer read from a box or "answer is")
     "hotpotqa": _paper("hotpotqa", "hotpot", OPEN_QA_SYSTEM_PROMPT, version=3),
     # 2: revision pinned; 3: as commonsense_qa's 2 (multiple-choice prompt and layout, boxed letter only)
-    "gpqa_diamond": _paper("gpqa_diamond", "choice", CHOICE_SYSTEM_PROMPT, version=3),
+    "gpqa_diamond": _paper("gpqa_diamond", "choice", CHOICE_SYSTEM_PROMPT, version=4),
     # 2: a pass needs proof that every test ran (exit 0 was gameable); 3: the paper's code system prompt and its
-    # `Task:` / `Test Cases:` user message (2: the math prompt and esbench's own wording)
-    "mbpp": _paper("mbpp", "mbpp", CODE_SYSTEM_PROMPT, version=3),
+    # `Task:` / `Test Cases:` user message (2: the math prompt and esbench's own wording); 4: run under bubblewrap and
+    # judged by the trusted parent on plain data (esbench/tasks/mbpp_judge.py): a result of the program's own class
+    # fails, a `Counter` compares as the dict it holds, and `sys.exit(0)` before the tests fails
+    "mbpp": _paper("mbpp", "mbpp", CODE_SYSTEM_PROMPT, version=4),
     # 2: the dataset's own messages, no system prompt of ours, the equation read from <answer> tags only (1: the
     # math prompt, esbench's question, the last box first)
-    "countdown": _paper("countdown", "countdown", None, version=2),
+    "countdown": _paper("countdown", "countdown", None, version=3),
     # GSM8K-style procedural problems (reasoning-gym), for the real-LLM CPU smoke suite
-    "gsm_symbolic": _paper("gsm_symbolic", "math", MATH_SYSTEM_PROMPT, source="gym:gsm_symbolic"),
+    "gsm_symbolic": _paper("gsm_symbolic", "math", MATH_SYSTEM_PROMPT, source="gym:gsm_symbolic", version=2),
 }
 
 

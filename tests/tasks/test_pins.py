@@ -115,7 +115,7 @@ def test_aime24_is_math_ai_at_its_documented_commit(monkeypatch):
         "83a7f387baaa524a8bda0022eac0541582297103",
         {"test": "test"},
     )
-    assert get_task("aime24").version == 2  # the rows changed source: records of version 1 do not verify
+    assert get_task("aime24").version >= 2  # the rows changed source (2): records of version 1 do not verify
     calls = _offline(monkeypatch)
     with pytest.raises(ConnectionError):
         get_task("aime24").rows("test")
