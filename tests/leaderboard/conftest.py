@@ -3,10 +3,8 @@ random-search plug-in, and `esbench submit`. Tamper tests work on copies of it."
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
-from lb_helpers import genuine_once
+from lb_helpers import genuine_once, tampered_copy
 
 
 @pytest.fixture(scope="session")
@@ -18,9 +16,4 @@ def genuine(tmp_path_factory, tiny_model_dir):
 @pytest.fixture
 def tampered(genuine, tmp_path):
     """A fresh copy of the genuine submission in its own leaderboard root (same release), to edit."""
-    root, sub, _, _ = genuine
-    new_root = tmp_path / "leaderboard"
-    shutil.copytree(root / "releases", new_root / "releases")
-    dest = new_root / "submissions" / "genuine"
-    shutil.copytree(sub, dest)
-    return new_root, dest
+    return tampered_copy(genuine, tmp_path)

@@ -170,3 +170,13 @@ def genuine_once(tmp_path_factory) -> tuple:
     assert sub.returncode == 0, sub.stdout + sub.stderr
     _GENUINE.append((root, root / "submissions" / "genuine", base / "runs" / "lbsmall", env))
     return _GENUINE[0]
+
+
+def tampered_copy(genuine: tuple, tmp_path: Path) -> tuple[Path, Path]:
+    """A fresh copy of the genuine submission in its own leaderboard root (same release), to edit."""
+    root, sub, _, _ = genuine
+    new_root = tmp_path / "leaderboard"
+    shutil.copytree(root / "releases", new_root / "releases")
+    dest = new_root / "submissions" / "genuine"
+    shutil.copytree(sub, dest)
+    return new_root, dest

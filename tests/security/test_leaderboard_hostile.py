@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "leaderboard"))
-from lb_helpers import cells, edit_json, genuine_once, rehash  # noqa: E402
+from lb_helpers import cells, edit_json, genuine_once, rehash, tampered_copy  # noqa: E402
 
 DEADLINE_S = 60  # a refused file is refused at once; a hang or an unbounded read would run into this
 HOSTILE = "rs[/bold][red]\x1b[31m\u202eevil\u2066<script>alert(1)</script>|`x`$\\frac{"
@@ -32,12 +32,7 @@ def genuine(tmp_path_factory, tiny_model_dir):
 
 @pytest.fixture
 def tampered(genuine, tmp_path):
-    root, sub, _, _ = genuine
-    new_root = tmp_path / "leaderboard"
-    shutil.copytree(root / "releases", new_root / "releases")
-    dest = new_root / "submissions" / "genuine"
-    shutil.copytree(sub, dest)
-    return new_root, dest
+    return tampered_copy(genuine, tmp_path)
 
 
 def _limit_memory():
