@@ -41,9 +41,9 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN python3 -m venv /opt/esbench
 COPY locks/cpu.txt /opt/esbench/lock.txt
 # pycosat (reasoning-gym) is published as source only: a C compiler (and Python's headers where the base lacks them)
-# is installed for the build and removed with it; hence no pinned apt versions here.
+# is installed for the build and removed with it; hence no pinned apt versions here. bubblewrap and libseccomp2
+# stay: they confine the model-written code that MBPP grading runs (SECURITY.md).
 # hadolint ignore=DL3008
-# bubblewrap and libseccomp2 stay: they confine the model-written code that MBPP grading runs (SECURITY.md).
 RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev bubblewrap libseccomp2 \
     && extra="" && { python3 -c "import os, sysconfig; assert os.path.exists(sysconfig.get_path('include') + '/Python.h')" \
         || extra="python3-dev"; } \
