@@ -40,6 +40,16 @@ from pydantic import (
 )
 
 from esbench.backends import BackendSpec
+from esbench.limits import (  # noqa: F401  (part of this module's interface)
+    MAX_CELLS,
+    MAX_EPOCHS,
+    MAX_NEW_TOKENS,
+    MAX_ROWS,
+    MAX_SAMPLES,
+    MAX_SEED,
+    MAX_TEMPERATURE,
+    MAX_UPDATES,
+)
 from esbench.models import ModelPath
 from esbench.suite_yaml import (  # noqa: F401  (the limits and SuiteError are part of this module's interface)
     MAX_BYTES,
@@ -60,24 +70,7 @@ _NAME = rf"^[A-Za-z0-9][A-Za-z0-9_.-]{{0,{MAX_NAME - 1}}}$"
 the terminal's tables, so they are kept to characters that are safe in all three (no `/`, no markup, no controls)."""
 _REVISION = r"^[A-Za-z0-9][A-Za-z0-9_./-]{0,127}$"  # a hub commit, branch or tag (refs/pr/1)
 
-# Limits on what a suite may ask for (file-level limits: esbench.suite_yaml). Each is far above any real suite (the
-# paper's: 32 samples, 8192 tokens, a few hundred updates, datasets of thousands of rows) and keeps a hostile one to
-# an error naming the field, not a run that allocates without bound or fails hours in.
-MAX_CELLS = 10_000
-"""Largest grid: models x methods x datasets x budgets x seeds multiply, so short lists could ask for billions."""
-MAX_SEED = 2**32 - 1
-"""Largest seed: numpy's `np.random.seed` takes 32-bit seeds (a larger one would fail after the model loaded)."""
-MAX_UPDATES = 1_000_000
-"""Largest budget in updates (also the largest probe interval)."""
-MAX_EPOCHS = 1_000
-"""Largest budget in epochs."""
-MAX_ROWS = 10_000_000
-"""Most training or evaluation problems (`datasets.*.size`, `eval.limit`, prompts of probes and diversity)."""
-MAX_SAMPLES = 10_000
-"""Most samples per problem (`eval.n`, probe and diversity samples, sparsity n) and diversity members."""
-MAX_NEW_TOKENS = 1 << 20
-"""Longest generation budget in tokens."""
-MAX_TEMPERATURE = 100.0
+
 _EPOCHS = re.compile(r"([0-9]+(\.[0-9]+)?)ep")
 
 

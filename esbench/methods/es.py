@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from esbench.es import BF16_MODES, population
 from esbench.es.weights import WeightEditor
+from esbench.limits import MAX_COUNT, MAX_NEW_TOKENS, MAX_UPDATES
 from esbench.methods import Method, TrainContext, TrainResult
 from esbench.records import atomic_write_json
 
@@ -45,10 +46,10 @@ from esbench.records import atomic_write_json
 class ESConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    population: int = Field(30, ge=2, description="N members per update (Qiu et al.: 30).")
-    sigma: float = Field(1e-3, gt=0, description="Perturbation scale σ.")
-    alpha: float = Field(5e-4, gt=0, description="Step size α with 1/σ folded in: θ += α/N · Σ zᵢεᵢ.")
-    batch_size: int = Field(32, gt=0, description="Prompts per update, shared by the whole population.")
+    population: int = Field(30, ge=2, le=MAX_COUNT, description="N members per update (Qiu et al.: 30).")
+    sigma: float = Field(1e-3, gt=0, le=1, description="Perturbation scale σ.")
+    alpha: float = Field(5e-4, gt=0, le=10, description="Step size α with 1/σ folded in: θ += α/N · Σ zᵢεᵢ.")
+    batch_size: int = Field(32, gt=0, le=MAX_COUNT, description="Prompts per update, shared by the whole population.")
     antithetic: bool = Field(False, description="Mirrored pairs (+ε, −ε); population must be even.")
     centered_ranks: bool = Field(False, description="Centred-rank fitness shaping instead of z-scores.")
     normalization: Literal["zscore", "center", "none"] = Field(
@@ -59,8 +60,8 @@ class ESConfig(BaseModel):
     group_by_prompt: bool = Field(False, description="Shape rewards per prompt across members, then average.")
     weight_decay: float = Field(0.0, ge=0, lt=1, description="Per-update shrink factor of θ (or θ−θ₀).")
     decay_anchor: Literal["zero", "init"] = Field("zero", description="Decay toward 0 or toward θ₀.")
-    temperature: float = Field(0.0, ge=0, description="Rollout temperature; 0 = greedy (paper, easy setting).")
-    max_new_tokens: int = Field(64, gt=0, description="Rollout length limit.")
+    temperature: float = Field(0.0, ge=0, le=100, description="Rollout temperature; 0 = greedy (paper, easy setting).")
+    max_new_tokens: int = Field(64, gt=0, le=MAX_NEW_TOKENS, description="Rollout length limit.")
     common_sampling_seed: bool = Field(
         True,
         description="With temperature > 0: true (default, kept so existing cell ids stand), all members sample with "
@@ -80,10 +81,16 @@ class ESConfig(BaseModel):
         "noise on every device, perturbing at about copy speed, 256 MiB per device.",
     )
     engines: int = Field(
-        1, ge=1, description="paper-bf16 only: simulated engines, each with its own restore residuals (artifact: 8)."
+        1,
+        ge=1,
+        le=1024,
+        description="paper-bf16 only: simulated engines, each with its own restore residuals (artifact: 8).",
     )
     engine_sync_every: int = Field(
-        0, ge=0, description="Re-sync engines from engine 0 every K completed updates (artifact: 117); 0: never."
+        0,
+        ge=0,
+        le=MAX_UPDATES,
+        description="Re-sync engines from engine 0 every K completed updates (artifact: 117); 0: never.",
     )
     data_order: Literal["wrap", "keep-tail"] = Field(
         "wrap",
@@ -93,7 +100,9 @@ class ESConfig(BaseModel):
     shuffle_seed: int | None = Field(
         None, description="Seed of the data order; default the cell's seed (artifact: 42)."
     )
-    checkpoint_every: int = Field(10, gt=0, description="Save master weights, sampler and step every k updates.")
+    checkpoint_every: int = Field(
+        10, gt=0, le=MAX_UPDATES, description="Save master weights, sampler and step every k updates."
+    )
 
     @model_validator(mode="after")
     def _antithetic_pairs(self) -> ESConfig:

@@ -29,6 +29,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from esbench.es.weights import member_seed
+from esbench.limits import MAX_COUNT, MAX_NEW_TOKENS
 from esbench.methods import Method, TrainContext, TrainResult
 from esbench.metrics.subtraction import subtraction_stats
 
@@ -43,12 +44,20 @@ class SubtractionConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     sigmas: list[float] = Field([1e-4, 3e-4, 1e-3], min_length=1, description="Perturbation scales (Table 13).")
-    prompts: int = Field(16, gt=0, description="Training prompts of the reward and fixed-rollout objectives.")
-    seeds: int = Field(16, gt=0, description="Generation seeds per prompt (regenerated-rollout reward).")
-    fixed_samples: int = Field(8, gt=1, description="Frozen base-model rollouts per prompt (fixed objectives).")
-    ce_prompts: int = Field(32, gt=0, description="Fixed batch of the cross-entropy objective (x directions).")
-    temperature: float = Field(0.6, gt=0, description="Sampling temperature (not stated by the paper).")
-    max_new_tokens: int = Field(2048, gt=0, description="Generation limit (not stated by the paper).")
+    prompts: int = Field(
+        16, gt=0, le=MAX_COUNT, description="Training prompts of the reward and fixed-rollout objectives."
+    )
+    seeds: int = Field(16, gt=0, le=MAX_COUNT, description="Generation seeds per prompt (regenerated-rollout reward).")
+    fixed_samples: int = Field(
+        8, gt=1, le=MAX_COUNT, description="Frozen base-model rollouts per prompt (fixed objectives)."
+    )
+    ce_prompts: int = Field(
+        32, gt=0, le=MAX_COUNT, description="Fixed batch of the cross-entropy objective (x directions)."
+    )
+    temperature: float = Field(0.6, gt=0, le=100, description="Sampling temperature (not stated by the paper).")
+    max_new_tokens: int = Field(
+        2048, gt=0, le=MAX_NEW_TOKENS, description="Generation limit (not stated by the paper)."
+    )
     clip: float = Field(0.2, gt=0, description="GRPO surrogate clip ε.")
     objectives: list[Objective] = Field(default_factory=lambda: list(ALL_OBJECTIVES), min_length=1)
 

@@ -159,6 +159,23 @@ NUMBERS = [
         "less than",
     ),
     ("absurd probe", VALID + "  probe: {prompts: 1000000000000}\n", 20, "eval.probe.prompts", "less than"),
+    # method configs (esbench.limits): sizes, token budgets and step sizes have ceilings too
+    ("absurd population", ES.replace("population: 4", "population: 10000000000"), 12, "methods.es.population", "less"),
+    ("sigma above 1", ES.replace("sigma: 0.01", "sigma: 3.0"), 12, "methods.es.sigma", "less than"),
+    (
+        "learning rate above 1",
+        GRPO.replace("{method: grpo}", "{method: grpo, learning_rate: 5.0}"),
+        12,
+        "methods.grpo.learning_rate",
+        "less than",
+    ),
+    (
+        "absurd completion length",
+        GRPO.replace("{method: grpo}", "{method: grpo, max_completion_length: 100000000000}"),
+        12,
+        "methods.grpo.max_completion_length",
+        "less than",
+    ),
 ]
 
 
