@@ -125,6 +125,46 @@ def es_workers() -> int:
     return max(1, int(os.environ.get("ESBENCH_ES_WORKERS", "1")))
 
 
+def generation_budget(spec: Any, method: dict[str, Any]) -> int:
+    """The largest number of new tokens any part of the cell asks for: evaluation (probes and diversity use the
+    same budget) and the method's rollouts (`max_new_tokens`, `max_completion_length`, in any stage)."""
+    found = [spec.eval.max_new_tokens]
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k in ("max_new_tokens", "max_completion_length") and isinstance(v, int):
+                    found.append(v)
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(method)
+    return max(found)
+
+
+def _longest_prompt(task_name: str, split: str, size: int | None, tokenizer) -> int:
+    """Tokens of the split's longest prompt, as the task builds it (chat template included)."""
+    from esbench.tasks import get_task
+
+    task = get_task(task_name)
+    return max(
+        (len(tokenizer(task.prompt(r, tokenizer=tokenizer))["input_ids"]) for r in task.rows(split, size)), default=0
+    )
+
+
+def longest_sequence(spec: Any, method: dict[str, Any], tokenizer, model_config: Any) -> int | None:
+    """The vLLM engine's context for this cell (`esbench.backends.engine_context`): its longest prompt (the
+    evaluation and held-out test problems, and the training set) plus its largest generation budget."""
+    from esbench.backends import engine_context
+
+    prompts = [_longest_prompt(t, "test", spec.eval.limit, tokenizer) for t in [*spec.eval.tasks, *spec.eval.held_out]]
+    if spec.dataset is not None:
+        prompts.append(_longest_prompt(spec.dataset.task, "train", spec.dataset.size, tokenizer))
+    return engine_context(max(prompts, default=0), generation_budget(spec, method), model_config)
+
+
 def _require_code_sandbox(spec: Any) -> None:
     """Raise SandboxUnavailable (which names the fix) when the cell grades model-written code (a task whose verifier
     runs it: MBPP) and neither bubblewrap nor the opted-in weaker mode can run it, instead of failing hours in."""
@@ -167,7 +207,10 @@ def _run_cell(cell: Cell, cd: CellDir, stage: Callable[[str], None]) -> dict[str
     loaded = load_model(**model_to_load(cell.spec["method"], cell.spec["model"]))
     # a checkpoint's drift against its `base`, on the HF weights as loaded (before a backend renames or fuses them)
     base_drift = checkpoint_drift(cell.spec["method"], spec.model.dtype, loaded.model)
-    backend = build_backend(spec.backend, loaded.model, loaded.tokenizer)
+    options = {}
+    if spec.backend.kind == "vllm":  # the engine's context: the cell's longest sequence, not the model's whole one
+        options["max_model_len"] = longest_sequence(spec, cell.spec["method"], loaded.tokenizer, loaded.model.config)
+    backend = build_backend(spec.backend, loaded.model, loaded.tokenizer, **options)
     timings["load_s"] = time.perf_counter() - t0
     stage("model loaded")
 

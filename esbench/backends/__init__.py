@@ -206,6 +206,19 @@ def backend_class(kind: str) -> type:
     return getattr(importlib.import_module(module), attr)
 
 
+SEQUENCE_MARGIN = 32  # tokens: lm-eval and TRL build chat prompts themselves and may add a few special tokens
+
+
+def engine_context(longest_prompt: int, max_new_tokens: int, model_config: Any) -> int | None:
+    """A vLLM engine's `max_model_len` for sequences of at most `longest_prompt + max_new_tokens` tokens (plus
+    SEQUENCE_MARGIN), or None when that reaches the model's own context, which vLLM then takes as it would. Set
+    for both esbench's engine and TRL's colocated one: without it vLLM sizes for the model's whole context (131k
+    tokens for Llama-3.2) and fails its start-up KV check on an 80 GB GPU."""
+    need = longest_prompt + max_new_tokens + SEQUENCE_MARGIN
+    context = getattr(model_config, "max_position_embeddings", None)
+    return None if context is not None and need >= context else need
+
+
 def build_backend(spec: BackendSpec, model: Any, tokenizer: Any, **options: Any) -> Backend:
     """The cell's one backend over a loaded model (the runner calls this once per cell)."""
     return backend_class(spec.kind)(model, tokenizer, device=spec.device, cpu_threads=spec.cpu_threads, **options)

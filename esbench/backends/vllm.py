@@ -57,12 +57,17 @@ CPU_KV_CACHE_BYTES = 1 << 30
 _EDITOR_KEYS = itertools.count()
 
 
-def engine_settings(device: str) -> dict[str, Any]:
+def engine_settings(device: str, max_model_len: int | None = None) -> dict[str, Any]:
     """The `LLM(...)` options esbench fixes; recorded in provenance.
 
     The KV cache is sized explicitly on CPU: vLLM's CPU worker otherwise reserves a fraction of RAM minus what the
     whole process already holds, which fails for a second engine in one process (a `cast`, or the next cell).
     `ESBENCH_VLLM_MEMORY` overrides the GPU fraction, `ESBENCH_VLLM_KV_BYTES` the CPU cache size.
+
+    `max_model_len` is the cell's longest sequence (its longest prompt plus its largest generation budget, from
+    `esbench.runner.longest_sequence`). Without it vLLM takes the model's whole context (131k tokens for
+    Llama-3.2) and its start-up check wants KV cache for one sequence that long: 15 GB for Llama-3.2-3B in bf16,
+    more than the engine's share of an 80 GB GPU holds beside the weights.
     """
     memory: dict[str, Any] = (
         {"kv_cache_memory_bytes": int(os.environ.get("ESBENCH_VLLM_KV_BYTES", CPU_KV_CACHE_BYTES))}
@@ -71,6 +76,7 @@ def engine_settings(device: str) -> dict[str, Any]:
     )
     return {
         **memory,
+        **({"max_model_len": int(max_model_len)} if max_model_len else {}),
         "enable_prefix_caching": False,
         "enforce_eager": device == "cpu",  # CPU: no torch.compile warm-up (13 s for a 1M model), same kernels
         "generation_config": "vllm",
@@ -116,11 +122,20 @@ def derive_seed(seed: int, index: int) -> int:
 class VLLMBackend:
     kind = "vllm"
 
-    def __init__(self, model, tokenizer, *, device: DevicePolicy = "auto", cpu_threads: int | None = None):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        *,
+        device: DevicePolicy = "auto",
+        cpu_threads: int | None = None,
+        max_model_len: int | None = None,
+    ):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")  # vLLM logs go to the cell log, not the console
         self.device_policy = device
         self._device = resolve_device(device)
+        self.max_model_len = max_model_len
         self.hf = HFBackend(model, tokenizer, device=device, cpu_threads=cpu_threads)
         self.tokenizer = tokenizer
         self._folder = Path(tempfile.mkdtemp(prefix="esbench-vllm-"))
@@ -148,7 +163,7 @@ class VLLMBackend:
         shutil.rmtree(weights, ignore_errors=True)
         self.hf.save(weights)
         dtype = str(self.hf.dtype).removeprefix("torch.")
-        self.settings = engine_settings(self._device)
+        self.settings = engine_settings(self._device, self.max_model_len)
         with _real_stdout():
             self.llm = LLM(model=str(weights), tokenizer=str(weights), dtype=dtype, **self.settings)
         self.setup = self._rpc("esbench_setup", str(weights))

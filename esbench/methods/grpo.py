@@ -67,6 +67,8 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from esbench.backends import engine_context
+from esbench.limits import MAX_COUNT, MAX_NEW_TOKENS, MAX_UPDATES
 from esbench.methods import Method, TrainContext, TrainResult
 from esbench.records import atomic_write_json
 
@@ -77,23 +79,27 @@ if TYPE_CHECKING:
 class GRPOSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    prompts_per_rollout: int = Field(64, gt=0, description="Prompts per generation batch (paper: 64).")
-    num_generations: int = Field(8, ge=2, description="Responses per prompt (paper: 8).")
-    ppo_minibatch_prompts: int = Field(32, gt=0, description="Prompts per optimizer update (paper: 32).")
-    micro_batch: int = Field(2, gt=0, description="Sequences per forward/backward pass (paper: 2).")
-    learning_rate: float = Field(1e-6, gt=0, description="AdamW learning rate, constant (paper: 1e-6).")
-    temperature: float = Field(1.0, gt=0, description="Rollout temperature (paper: 1.0).")
+    prompts_per_rollout: int = Field(64, gt=0, le=MAX_COUNT, description="Prompts per generation batch (paper: 64).")
+    num_generations: int = Field(8, ge=2, le=4096, description="Responses per prompt (paper: 8).")
+    ppo_minibatch_prompts: int = Field(32, gt=0, le=MAX_COUNT, description="Prompts per optimizer update (paper: 32).")
+    micro_batch: int = Field(2, gt=0, le=MAX_COUNT, description="Sequences per forward/backward pass (paper: 2).")
+    learning_rate: float = Field(1e-6, gt=0, le=1, description="AdamW learning rate, constant (paper: 1e-6).")
+    temperature: float = Field(1.0, gt=0, le=100, description="Rollout temperature (paper: 1.0).")
     top_p: float = Field(1.0, gt=0, le=1, description="Rollout nucleus threshold.")
-    clip_epsilon: float = Field(0.2, gt=0, description="PPO clip range (paper: 0.2).")
-    kl_coef: float = Field(0.0, ge=0, description="β of the k3 KL term vs the stage's start (paper: 0.001).")
-    max_completion_length: int = Field(2048, gt=0, description="Response limit (paper: 2048 easy, 8192 hard).")
+    clip_epsilon: float = Field(0.2, gt=0, le=10, description="PPO clip range (paper: 0.2).")
+    kl_coef: float = Field(0.0, ge=0, le=100, description="β of the k3 KL term vs the stage's start (paper: 0.001).")
+    max_completion_length: int = Field(
+        2048, gt=0, le=MAX_NEW_TOKENS, description="Response limit (paper: 2048 easy, 8192 hard)."
+    )
     loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"] = Field("grpo", description="TRL loss aggregation.")
     scale_rewards: Literal["group", "batch", "none"] = Field("group", description="Advantage normalisation.")
-    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
-    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
+    weight_decay: float = Field(0.0, ge=0, le=10, description="AdamW weight decay.")
+    max_grad_norm: float = Field(1.0, gt=0, le=1e6, description="Gradient clipping norm.")
     reward_correct: float = Field(1.0, description="Reward for a correct answer (same verifier as ES).")
     reward_format: float = Field(0.1, description="Reward for an extracted but wrong answer.")
-    checkpoint_every: int = Field(10, gt=0, description="Trainer checkpoint every k updates (for resume).")
+    checkpoint_every: int = Field(
+        10, gt=0, le=MAX_UPDATES, description="Trainer checkpoint every k updates (for resume)."
+    )
 
 
 def grpo_config(
@@ -105,6 +111,7 @@ def grpo_config(
     compute: str = "float32",
     vllm_rollouts: bool = False,
     stop_token_ids: Sequence[int] = (),
+    max_model_length: int | None = None,
 ):
     """The `trl.GRPOConfig` for `cfg` (see the table in the module docstring). `compute` is the autocast dtype over
     fp32 master weights (`bfloat16` or `float16` for a half-precision model; `float32`: no autocast).
@@ -113,7 +120,7 @@ def grpo_config(
     importance-sampling correction off so the objective is the HF path's. TRL samples with its own neutral
     `SamplingParams` (top-k 0, min-p 0, repetition penalty 1). `ESBENCH_TRL_VLLM_MEMORY` sets its GPU share.
     `stop_token_ids` (the backend's stop set) joins those `SamplingParams`; TRL's HF rollouts get it through
-    `declared_eos`.
+    `declared_eos`. `max_model_length` bounds the colocated engine's context (`esbench.backends.engine_context`).
     """
     import os
 
@@ -165,6 +172,7 @@ def grpo_config(
                 "vllm_mode": "colocate",
                 "vllm_importance_sampling_correction": False,
                 "vllm_gpu_memory_utilization": float(os.environ.get("ESBENCH_TRL_VLLM_MEMORY", "0.25")),
+                **({"vllm_max_model_length": max_model_length} if max_model_length else {}),
                 **({"generation_kwargs": {"stop_token_ids": list(stop_token_ids)}} if stop_token_ids else {}),
             }
             if vllm_rollouts
@@ -263,6 +271,12 @@ class GRPO(Method):
                 compute=compute,
                 vllm_rollouts=rollout_engine == "vllm",
                 stop_token_ids=backend.stop_token_ids,
+                # TRL tokenises string prompts with special tokens added: measured the same way
+                max_model_length=engine_context(
+                    max((len(tokenizer(r["prompt"])["input_ids"]) for r in rows), default=0),
+                    config.max_completion_length,
+                    model.config,
+                ),
             )
             model.train()
             with (
