@@ -232,7 +232,7 @@ def test_leaderboard_claims_table_escapes_submission_strings():
     md = "\n".join(claims_sections(board))
     assert "## Paper claims: submission `x|<script>`" in md  # a heading, as the results sections name it
     c1 = next(x for x in md.splitlines() if "C1:" in x)
-    assert c1.startswith("| evil\\|<b>m</b>/arith/b20 | C1:") and "**supported**" in c1
+    assert c1.startswith("| evil\\|&lt;b&gt;m&lt;/b&gt;/arith/b20 | C1:") and "**supported**" in c1  # no raw tags
     assert "verified (samples)" in c1 and "Qwen2.5-1.5B-Instruct +4.9 (Table 2 GSM8K)" in c1
     assert "reported (record)" in next(x for x in md.splitlines() if "C4:" in x)
     page = claims_html(board)

@@ -72,9 +72,26 @@ def resources(spec: dict[str, Any], cluster_gpus: float) -> dict[str, float]:
 
 
 def es_workers(spec: dict[str, Any], env: dict[str, str]) -> int:
-    """The ES workers (Ray actors) the cell will start: `--es-workers` W for a cell with an ES stage when W > 1."""
+    """The ES workers (Ray actors) the cell will start when `--es-workers` W > 1 and it has an ES stage: W, or W-1
+    for paper-bf16 engines, whose engine 0 is the cell task itself (`esbench.es.population.actors`)."""
+    from esbench.es.population import actors
+
     workers = int(env.get("ESBENCH_ES_WORKERS", "1"))
-    return workers if workers > 1 and "es" in method_kinds(spec.get("method") or {}) else 0
+    method = spec.get("method") or {}
+    if workers <= 1 or "es" not in method_kinds(method):
+        return 0
+    return actors(workers, max(_es_engines(method), 1))
+
+
+def _es_engines(method: Any) -> int:
+    """`engines` of the ES stage of a method spec (a sequence's stages included); 1 when none is set."""
+    if isinstance(method, dict):
+        if method.get("kind") == "es" and isinstance(method.get("config"), dict):
+            return int(method["config"].get("engines", 1) or 1)
+        return max([_es_engines(v) for v in method.values()] or [1])
+    if isinstance(method, list):
+        return max([_es_engines(v) for v in method] or [1])
+    return 1
 
 
 def bundles(request: dict[str, float], workers: int) -> list[dict[str, float]] | None:
@@ -95,8 +112,9 @@ def _demand(request: dict[str, float], group: list[dict[str, float]] | None) -> 
 def _describe(error: BaseException) -> tuple[str, str]:
     """("Type: message", traceback text) of a failed task; a RayTaskError carries the remote exception and trace."""
     cause = getattr(error, "cause", None)
-    trace = getattr(error, "traceback_str", None)
-    if isinstance(cause, BaseException) and trace:
+    if isinstance(cause, BaseException):  # Ray leaves traceback_str empty for some causes (a ValueError subclass)
+        # str(error) then holds the remote frames (ray::task, File ... lines) after Ray's own header
+        trace = getattr(error, "traceback_str", None) or f"Traceback (most recent call last), from Ray:\n{error}"
         where = f"Ray task on pid {getattr(error, 'pid', '?')}, node {getattr(error, 'ip', '?')}"
         return f"{type(cause).__name__}: {cause}", f"{where}\n{trace}"
     return f"{type(error).__name__}: {error}", f"{type(error).__name__}: {error}\n"

@@ -78,12 +78,14 @@ def for_terminal(text: Any) -> str:
     return escape(plain(text))
 
 
-def for_markdown(text: Any, code: bool = False) -> str:
+def for_markdown(text: Any, code: bool = False, table: bool = True) -> str:
     """For a Markdown table cell or list item: controls made visible, HTML and Markdown syntax escaped (a `|` would
-    end the cell, `<` start a tag, `[`/`]` a link, a backtick a code span). `code=True`: as a code span."""
+    end the cell, `<` start a tag, `[`/`]` a link, a backtick a code span). `code=True`: as a code span, whose
+    `|` is escaped only in a table (`table=False` for a heading: there the backslash would show)."""
     text = plain(text)
     if code:
-        return "`" + text.replace("`", "'").replace("|", "\\|") + "`"
+        text = text.replace("`", "'")
+        return "`" + (text.replace("|", "\\|") if table else text) + "`"
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return _MD_SPECIAL.sub(r"\\\1", text)
 
@@ -413,7 +415,7 @@ def claims_sections(board: Board) -> list[str]:
     out: list[str] = []
     for sub in board.claims:
         rows = _claim_rows(board, sub)
-        out += ["", f"## Paper claims: submission {for_markdown(sub, code=True)}", "", CLAIMS_NOTE, ""]
+        out += ["", f"## Paper claims: submission {for_markdown(sub, code=True, table=False)}", "", CLAIMS_NOTE, ""]
         out.append("| group | claim | statistic [95 % CI] | test | n | verdict | evidence | paper (arXiv 2608.27351) |")
         out.append("|---|---|---|---|---|---|---|---|")
         for r in rows:

@@ -92,7 +92,8 @@ def test_failed_task_is_reported_with_its_traceback(tmp_path, tiny_model_dir, lo
     broken = Cell({**base.spec, "model": {**base.spec["model"], "path": str(tmp_path / "no-such-model")}}, base.labels)
     failed, shown = run_with("slurm", [broken], tmp_path / "slurm", suite)
     assert [c.id for c, _ in failed] == [broken.id]
-    assert failed[0][1].startswith("ValidationError: ") and "no-such-model" in failed[0][1]
+    # refused by run-cell's validation of cell.json, before anything loads
+    assert failed[0][1].startswith("CellError: ") and "no-such-model" in failed[0][1]
     log = (cell_dir(tmp_path / "slurm", suite, broken.id) / "error.log").read_text()
     assert "Traceback (most recent call last)" in log and "no-such-model" in log
     assert "failed" in shown
