@@ -297,7 +297,8 @@ def _add_execution_options(p) -> None:
         "--es-workers",
         type=_positive_int,
         help="spread each ES update's population over W Ray actors, each a replica of the model "
-        "(ESBENCH_ES_WORKERS; default 1: in the cell's process). Results do not depend on W",
+        "(ESBENCH_ES_WORKERS; default 1: in the cell's process); for paper-bf16 with `engines: E`, W = E runs the "
+        "engines as real ones (engine 0 in the cell's process, E-1 actors). Results do not depend on W",
     )
 
 

@@ -12,8 +12,11 @@ seeds and rewards cross the wire, because each engine applies the same update lo
   `WeightsDiverged` naming the actor.
 - Members are dealt to actors in contiguous blocks. A member's roll-out depends only on its seed and the weights
   (greedy, or sampled with the member's own seed), so results do not depend on W or on the assignment.
-- `paper-bf16` is refused for W > 1: its subtract-restores leave residuals that depend on which members a replica
-  evaluated, so the replicas would drift apart (as they do in the public code).
+- `paper-bf16` is refused for W > 1 as identical replicas: its subtract-restores leave residuals that depend on
+  which members a replica evaluated, so the replicas would drift apart (as they do in the public code). With
+  `engines: E` it runs the artifact's topology instead (`RayEnginesPopulation`, `--es-workers E`): engine 0 is the
+  driver and each of E-1 actors is one engine with its own residuals, re-synced from engine 0 every K updates,
+  bit-identical to `EnginesPopulation`.
 
 Actors: on CPU each holds an HF (or vLLM-CPU) replica with the cell's `cpu_threads` and asks Ray for no CPUs (the
 cell already holds its CPUs; a 1-CPU cell task waiting on 1-CPU actors would starve, see ADR 0010); on a GPU each
@@ -103,6 +106,13 @@ def roll_out_members(backend, editor, spec: Rollout, run_seed: int, step: int, i
         gens = roll_out_member(backend, editor, spec, run_seed, step, i, prompts)
         out.append([(g[0].text, g[0].tokens) for g in gens])
     return out
+
+
+def actors(workers: int, engines: int) -> int:
+    """Ray actors `--es-workers W` starts: W replicas beside the driver's (fp32-master), or, for paper-bf16 with
+    `engines: E > 1` (then W = E), E-1 engines beside engine 0 in the driver. The Ray executor reserves a GPU for
+    each, plus the driver's."""
+    return workers - 1 if engines > 1 else workers
 
 
 def blocks(n: int, workers: int) -> list[list[int]]:
@@ -225,6 +235,15 @@ class ESActor:
     def checksum(self) -> str:
         return self.backend.checksum()
 
+    def engine_state(self) -> dict[str, Any]:
+        """This engine's weights (paper-bf16: the compute weights, residuals included), on the CPU."""
+        return {n: t.cpu() for n, t in self.editor.master_state().items()}
+
+    def load_engine(self, state: dict[str, Any]) -> str:
+        """Take another engine's weights (a re-sync from engine 0, or a resumed checkpoint); returns the checksum."""
+        self.editor.load_master_state(state)
+        return self.backend.checksum()
+
     def placement(self) -> dict[str, Any]:
         """Where this replica runs: pid, node, the GPUs Ray assigned, CUDA_VISIBLE_DEVICES, the torch device."""
         import ray
@@ -280,6 +299,8 @@ def reserved_bundles(workers: int) -> list[tuple[Any, float]] | None:
 class RayPopulation(Population):
     """W `ESActor`s on Ray, each a replica of the driver's backend (see the module docstring)."""
 
+    precisions: tuple[str, ...] = ("fp32-master",)  # replicas stay identical: checked after every update
+
     def __init__(self, backend, editor, spec: Rollout, run_seed: int, workers: int, workdir: Path, anchor=None):
         import ray
         import torch
@@ -287,10 +308,11 @@ class RayPopulation(Population):
 
         from esbench.ray_session import session
 
-        if editor.precision != "fp32-master":
+        if editor.precision not in self.precisions:
             raise ValueError(
                 f"--es-workers {workers} needs precision fp32-master: {editor.precision} restores leave residuals "
-                "that depend on which members a replica evaluated, so replicas would diverge; run it with 1 worker"
+                "that depend on which members a replica evaluated, so replicas would diverge; run it with 1 worker "
+                "(paper-bf16 with `engines: E` runs its engines 1..E-1 as --es-workers E-1 actors)"
             )
         self.backend, self.workers, self.spec, self.run_seed = backend, workers, spec, run_seed
         folder = Path(workdir) / "es-replica"
@@ -397,6 +419,87 @@ class RayPopulation(Population):
         if self._session is not None:
             self._session.__exit__(None, None, None)
             self._session = None
+
+
+class RayEnginesPopulation(RayPopulation):
+    """The artifact's engine topology with real engines: `paper-bf16`, `engines: E`, `--es-workers E`.
+
+    Engine 0 is the cell's own process (its backend and editor, as in `EnginesPopulation`); engines 1..E-1 are
+    `ESActor`s (E-1 of them: `actors`), each a replica on a device of its own (one GPU each on a GPU node: E GPUs in
+    all with the driver's, the artifact's 8 x A100 for E = 8), holding its own restore residuals. Every engine rolls
+    out its own contiguous shard (the artifact's ceil(N/E) members each) at the same time, applies the same cast
+    update to its own weights, and every `sync_every` completed updates takes engine 0's weights (the artifact's
+    broadcast from rank 0; the checksums must then agree). Shards, per-engine arithmetic and re-syncs are
+    `EnginesPopulation`'s, so a run is bit-identical to the one-process simulation of the same topology, without
+    E-1 replicas beside engine 0.
+    """
+
+    precisions = ("paper-bf16",)
+
+    def __init__(
+        self,
+        backend,
+        editor,
+        spec: Rollout,
+        run_seed: int,
+        engines: int,
+        sync_every: int,
+        workers: int,
+        workdir: Path,
+        anchor=None,
+    ):
+        size = -(-spec.population // engines)  # the artifact's shard_seeds, as EnginesPopulation deals them
+        self.shards = [list(range(s, min(s + size, spec.population))) for s in range(0, spec.population, size)]
+        if workers != len(self.shards):
+            raise ValueError(
+                f"engines: {engines} deal {spec.population} members to {len(self.shards)} engines, one per process "
+                f"(engine 0 is the cell's): run it with --es-workers {len(self.shards)} (not {workers})"
+            )
+        self.editor, self.sync_every = editor, sync_every
+        super().__init__(backend, editor, spec, run_seed, actors(workers, engines), workdir, anchor)
+
+    def roll_out(self, step: int, prompts: Sequence[str]) -> list[list[tuple[str, int]]]:
+        """Engine 0's shard here while the actors roll out theirs; every member's generations, in member order."""
+        import ray
+
+        refs = [
+            a.roll_out.remote(step, shard, list(prompts)) for a, shard in zip(self.actors, self.shards[1:], strict=True)
+        ]
+        mine = roll_out_members(self.backend, self.editor, self.spec, self.run_seed, step, self.shards[0], prompts)
+        return mine + [member for part in ray.get(refs) for member in part]
+
+    def update(self, seeds: list[int], coeffs: list[float], decay: float, step: int) -> None:
+        """Each engine adds the update to its own weights (they differ by their residuals); re-sync when due."""
+        import ray
+
+        ray.get([a.update.remote(seeds, coeffs, decay) for a in self.actors])
+        if self.sync_every and (step + 1) % self.sync_every == 0:
+            self._send_engine_zero(step)
+
+    def _send_engine_zero(self, step: int) -> None:
+        import ray
+
+        state = ray.put({n: t.cpu() for n, t in self.editor.master_state().items()})
+        self._compare(ray.get([a.load_engine.remote(state) for a in self.actors]), self.backend.checksum(), step)
+
+    def state(self) -> dict[str, Any]:
+        """Engines 1..E-1's weights, keyed as `EnginesPopulation.state` keys them (a checkpoint resumes either)."""
+        import ray
+
+        parts = ray.get([a.engine_state.remote() for a in self.actors])
+        return {f"engine{k}/{n}": t for k, part in enumerate(parts, 1) for n, t in part.items()}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        import ray
+
+        ray.get(
+            [
+                a.load_engine.remote(
+                    {n[len(f"engine{k}/") :]: t for n, t in state.items() if n.startswith(f"engine{k}/")}
+                )
+                for k, a in enumerate(self.actors, 1)
+            ]
+        )
 
 
 def _driver_placement() -> dict[str, Any]:

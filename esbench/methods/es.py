@@ -295,7 +295,7 @@ class ES(Method):
         if bf16:
             backend.cast(torch.bfloat16)
         editor = backend.weight_editor(cfg.precision, cfg.noise)
-        anchor = editor.master_state() if cfg.weight_decay and cfg.decay_anchor == "init" else None
+        anchor = editor.master_state(on_device=True) if cfg.weight_decay and cfg.decay_anchor == "init" else None
         ckpt = ctx.workdir / "es"
         start, counters = 0, {"rollouts": 0, "generated_tokens": 0}
         state = load_checkpoint(ckpt, editor)
@@ -306,7 +306,11 @@ class ES(Method):
         # who rolls out the members (built from the resumed weights): this process, as one engine or as the
         # artifact's E simulated engines; or W Ray actors holding replicas (esbench.es.population)
         spec = rollout_spec(cfg)
-        if ctx.workers > 1:
+        if ctx.workers > 1 and cfg.engines > 1:  # the artifact's engines as real ones: engine 0 here, 1..E-1 actors
+            pop = population.RayEnginesPopulation(
+                backend, editor, spec, ctx.seed, cfg.engines, cfg.engine_sync_every, ctx.workers, ctx.workdir, anchor
+            )
+        elif ctx.workers > 1:
             pop = population.RayPopulation(backend, editor, spec, ctx.seed, ctx.workers, ctx.workdir, anchor)
         elif cfg.engines > 1:
             pop = population.EnginesPopulation(backend, editor, spec, ctx.seed, cfg.engines, cfg.engine_sync_every)
@@ -320,7 +324,7 @@ class ES(Method):
                 batch = [train_data[i] for i in sampler.next_batch(cfg.batch_size)]
                 prompts = [ctx.prompt(row) for row in batch]
                 members = ask(cfg, ctx.seed, step)
-                before = editor.master_state() if bf16 else None
+                before = editor.master_state(on_device=True) if bf16 else None
                 rewards = np.zeros((len(members), len(batch)))
                 generated = 0
                 for i, gens in enumerate(pop.roll_out(step, prompts)):
@@ -351,7 +355,8 @@ class ES(Method):
         ctx.maybe_probe(budget, final=True)
         # the editor lives with the engine: on vLLM a cast restarts it and the editor (with the fp32 shadow and the
         # simulated engines) is gone, so take what the record needs first, on the CPU (off the GPU for the restart)
-        ideal = {n: t.cpu() for n, t in editor.ideal_state().items()}
+        ideal = editor.ideal_state()  # CPU copies
+        editor.close()  # its fp32 master or shadow and simulated engines must not sit beside the evaluation
         if backend.dtype != entry_dtype:
             backend.cast(entry_dtype)  # exact widening of the bf16 weights (fp32 cells); none for bf16 cells
         summary = {"precision": cfg.precision + (f", {cfg.engines} engines" if cfg.engines > 1 else "")}

@@ -89,3 +89,43 @@ def test_an_es_cell_on_two_workers_equals_the_same_cell_on_one(tmp_path, tiny_mo
     assert two["samples_sha256"] == one["samples_sha256"]
     assert (two_dir / "train.jsonl").read_text() == (one_dir / "train.jsonl").read_text()
     assert two["cell"]["id"] == one["cell"]["id"]  # W is not part of the cell
+
+
+@pytest.mark.parametrize("engines", [2, 4])
+def test_paper_bf16_engines_as_actors_equal_the_one_process_simulation(
+    tmp_path, tiny_model_dir, ray_env, monkeypatch, engines
+):
+    """`engines: E` with `--es-workers E`: engine 0 in the cell's process, engines 1..E-1 as Ray actors with their
+    own restore residuals, re-synced every 2 updates: the same final weights, samples and train.jsonl as the
+    simulation of the same topology in one process (issue 25)."""
+    from esbench.cli import main
+
+    monkeypatch.setenv("ESBENCH_ES_WORKERS", "1")
+    extra = f", precision: paper-bf16, engines: {engines}, engine_sync_every: 2"
+    suite = tmp_path / "es.yaml"
+    suite.write_text(small_suite("es-engines", budget=3, es_extra=extra))
+    runs = {}
+    for w in (1, engines):
+        out = tmp_path / f"w{w}"
+        assert main(["run", str(suite), "--out", str(out), "--only", "*/es/*", "--es-workers", str(w)]) == 0
+        runs[w] = only_record(out)
+    (one, one_dir), (many, many_dir) = runs[1], runs[engines]
+    assert many["provenance"]["execution"] == {"es_workers": engines}
+    assert many["train"]["precision"] == f"paper-bf16, {engines} engines"
+    assert many["provenance"]["final_weights_sha256"] == one["provenance"]["final_weights_sha256"]
+    assert many["provenance"]["final_weights_sha256"] != many["provenance"]["model"]["state_sha256"]  # it trained
+    assert many["samples_sha256"] == one["samples_sha256"]
+    assert (many_dir / "train.jsonl").read_text() == (one_dir / "train.jsonl").read_text()
+    rows = [json.loads(line) for line in (many_dir / "train.jsonl").read_text().splitlines()]
+    assert any(r.get("restore_residual_rms", 0) > 0 for r in rows)  # the residuals the engines keep are real
+
+
+def test_engines_need_one_process_each(tiny_backend, tmp_path):
+    from esbench.es.population import RayEnginesPopulation
+
+    editor = tiny_backend.weight_editor("paper-bf16")
+    spec = Rollout(
+        population=4, antithetic=False, sigma=0.05, temperature=0.0, max_new_tokens=8, common_sampling_seed=True
+    )
+    with pytest.raises(ValueError, match="run it with --es-workers 4 \\(not 3\\)"):
+        RayEnginesPopulation(tiny_backend, editor, spec, 0, 4, 0, 3, tmp_path)

@@ -186,3 +186,19 @@ def test_pin_assigned_gpus_makes_cuda_the_assigned_gpu_when_ray_leaves_the_varia
     before, ids, after = ray.get(task.remote(), timeout=120)
     assert before is None and len(ids) == 1 and after == ids[0]
     assert ray.get(ray.remote(probe).options(num_cpus=0).remote(), timeout=120)[1] == []  # a CPU task: no GPU
+
+
+def test_paper_bf16_engines_reserve_one_gpu_per_engine_with_engine_zero_in_the_task():
+    """`engines: 8` with `--es-workers 8`: the artifact's 8 GPUs, the cell task's (engine 0) and 7 actors'."""
+    from esbench.executors.ray import bundles, es_workers, resources
+
+    cfg = {"precision": "paper-bf16", "engines": 8}
+    es = {"method": {"kind": "es", "config": cfg}, "backend": {"device": "cuda"}}
+    seq = {
+        "method": {"kind": "sequence", "config": {"stages": [{"kind": "es", "config": cfg}, {"kind": "grpo"}]}},
+        "backend": {"device": "cuda"},
+    }
+    env = {"ESBENCH_ES_WORKERS": "8"}
+    assert [es_workers(s, env) for s in (es, seq)] == [7, 7]
+    group = bundles(resources(es, cluster_gpus=0), es_workers(es, env))
+    assert sum(b.get("GPU", 0) for b in group) == 8 and len(group) == 8
