@@ -115,22 +115,25 @@ def population_diversity(backend, ev: EvalSpec, seed: int) -> dict[str, Any]:
     prompts = [task.prompt(r, backend.tokenizer) for r in rows]
     editor = backend.weight_editor("fp32-master")
     correct, answers = [], []
-    for i in range(spec.members):
-        editor.perturb(member_seed(seed, -1, i), spec.sigma)
-        try:
-            gens = backend.generate(
-                prompts,
-                n=spec.samples,
-                temperature=ev.temperature or 1.0,
-                top_p=ev.top_p,
-                max_new_tokens=ev.max_new_tokens,
-                seed=seed,  # common random numbers across members: differences come from the weights
-            )
-        finally:
-            editor.restore()
-        verdicts = [[task.verify(g.text, r["answer"]) for g in gs] for gs, r in zip(gens, rows, strict=True)]
-        correct.append([[v.correct for v in vs] for vs in verdicts])
-        answers.append([[v.answer for v in vs] for vs in verdicts])
+    try:
+        for i in range(spec.members):
+            editor.perturb(member_seed(seed, -1, i), spec.sigma)
+            try:
+                gens = backend.generate(
+                    prompts,
+                    n=spec.samples,
+                    temperature=ev.temperature or 1.0,
+                    top_p=ev.top_p,
+                    max_new_tokens=ev.max_new_tokens,
+                    seed=seed,  # common random numbers across members: differences come from the weights
+                )
+            finally:
+                editor.restore()
+            verdicts = [[task.verify(g.text, r["answer"]) for g in gs] for gs, r in zip(gens, rows, strict=True)]
+            correct.append([[v.correct for v in vs] for vs in verdicts])
+            answers.append([[v.answer for v in vs] for vs in verdicts])
+    finally:
+        editor.close()  # its fp32 master: the analyses after this one need that memory
     return {"task": task.name, "sigma": spec.sigma, **div.population_summary(correct, answers)}
 
 

@@ -437,6 +437,12 @@ class EngineEditor:
         self._engine = backend.setup  # this engine start's own object: a restart replaces it
         self._numel = backend._rpc("esbench_editor_new", self.key, precision, noise)
 
+    def close(self) -> None:
+        """Free this editor's state in the worker (its fp32 master or shadow and simulated engines) now, while the
+        engine keeps serving: evaluation after training needs that memory."""
+        if self.backend.setup is self._engine and self.backend.llm is not None:
+            self.backend._rpc("esbench_editor_drop", self.key)
+
     def _call(self, op: str, *args: Any) -> Any:
         if self.backend.setup is not self._engine:
             raise RuntimeError(
@@ -483,8 +489,8 @@ class EngineEditor:
     def load_ideal_state(self, state) -> None:
         self._call("load_ideal_state", state)
 
-    def master_state(self) -> dict[str, torch.Tensor]:
-        return self._call("master_state")
+    def master_state(self, on_device: bool = False) -> dict[str, torch.Tensor]:
+        return self._call("master_state", on_device)
 
     def load_master_state(self, state) -> None:
         self._call("load_master_state", state)

@@ -163,12 +163,15 @@ class ESWorkerExtension:
         """A new editor replaces the previous one: each holds an fp32 master of the whole model (28 GB for 7B), and
         no recipe or analysis uses two at once. `noise` is the driver's noise scheme (`esbench.es.noise`)."""
         self._esb_verify()
+        self._esb_editor = None  # the old one's fp32 copies go first: two at once would not fit beside a 7B engine
         self._esb_editor = (key, WeightEditor(self._esb_views, precision, noise))  # type: ignore[arg-type]
         return self._esb_editor[1].numel()
 
-    def esbench_editor_drop(self) -> None:
-        """Free the editor (its fp32 copies and simulated engines) before this engine is stopped for a restart."""
-        self._esb_editor = None
+    def esbench_editor_drop(self, key: int | None = None) -> None:
+        """Free the editor (its fp32 copies and simulated engines): at the end of training, and before this engine
+        is stopped for a restart. With `key`, only if that editor is still the current one."""
+        if key is None or (self._esb_editor is not None and self._esb_editor[0] == key):
+            self._esb_editor = None
 
     def esbench_editor(self, key: int, op: str, *args: Any) -> Any:
         """Run one `WeightEditor` operation, checking the weights at rest before it and recording them after it.

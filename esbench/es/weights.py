@@ -120,6 +120,8 @@ class WeightEditor:
     @torch.no_grad()
     def perturb(self, seed: int, sigma: float, sign: float = 1.0) -> None:
         """θ ← θ + sign·σ·ε(seed). One perturbation may be active at a time."""
+        if getattr(self, "closed", False):
+            raise RuntimeError("this WeightEditor was closed (its master is gone); make a new one")
         if self._active is not None:
             raise RuntimeError("perturb() called twice without restore()")
         for name, p in self.params.items():
@@ -157,6 +159,8 @@ class WeightEditor:
         the compute weights and the fraction of compute coordinates that changed at all.
         """
         replicas = self.replicas
+        if getattr(self, "closed", False):
+            raise RuntimeError("this WeightEditor was closed (its master is gone); make a new one")
         if self._active is not None:
             raise RuntimeError("update() during an active perturbation")
         seeds, coeffs = list(seeds), list(coeffs)
@@ -223,7 +227,8 @@ class WeightEditor:
                 replica[name].copy_(p)
 
     def engines_state(self) -> dict[str, torch.Tensor]:
-        return {f"engine{k + 1}/{n}": t.clone() for k, r in enumerate(self.replicas) for n, t in r.items()}
+        """Engines 1..E−1's weights, as CPU copies (for a checkpoint): no second device copy on the way."""
+        return {f"engine{k + 1}/{n}": _cpu(t) for k, r in enumerate(self.replicas) for n, t in r.items()}
 
     @torch.no_grad()
     def load_engines_state(self, state: Mapping[str, torch.Tensor]) -> None:
@@ -242,19 +247,27 @@ class WeightEditor:
         return (sq / max(n, 1)) ** 0.5
 
     def ideal_state(self) -> dict[str, torch.Tensor]:
-        """fp32 weights the update rule intended: the master (exact mode) or the shadow (paper-bf16)."""
-        return {n: t.clone() for n, t in (self.master if self.master is not None else self.shadow).items()}
+        """fp32 weights the update rule intended: the master (exact mode) or the shadow (paper-bf16), as CPU copies
+        (the record's drift and checkpoints read them there; a device clone of a 7B fp32 master is 28 GB)."""
+        return {n: _cpu(t) for n, t in (self.master if self.master is not None else self.shadow).items()}
 
     def load_ideal_state(self, state: Mapping[str, torch.Tensor]) -> None:
         target = self.master if self.master is not None else self.shadow
         for name, t in target.items():
             t.copy_(state[name])
 
-    def master_state(self) -> dict[str, torch.Tensor]:
-        """What a checkpoint must hold to resume exactly: the fp32 master, else the compute weights."""
+    def master_state(self, on_device: bool = False) -> dict[str, torch.Tensor]:
+        """What a checkpoint must hold to resume exactly: the fp32 master, else the compute weights. CPU copies,
+        unless `on_device` (a per-update snapshot compared on the device, as the restore-residual RMS is)."""
+        copy = (lambda t: t.detach().clone()) if on_device else _cpu
         if self.master is not None:
-            return {n: t.clone() for n, t in self.master.items()}
-        return {n: p.detach().clone() for n, p in self.params.items()}
+            return {n: copy(t) for n, t in self.master.items()}
+        return {n: copy(p) for n, p in self.params.items()}
+
+    def close(self) -> None:
+        """Drop the master or shadow and the simulated engines (training is over); the compute weights stay."""
+        self.master, self.shadow, self.replicas = None, None, []
+        self.closed = True
 
     @torch.no_grad()
     def load_master_state(self, state: Mapping[str, torch.Tensor]) -> None:
@@ -262,3 +275,8 @@ class WeightEditor:
             if self.master is not None:
                 self.master[name].copy_(state[name])
             p.copy_(state[name].to(p.dtype))
+
+
+def _cpu(t: torch.Tensor) -> torch.Tensor:
+    """A CPU copy of `t`, made without a second copy on its device."""
+    return t.detach().to("cpu", copy=True)
