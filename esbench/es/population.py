@@ -237,7 +237,7 @@ class ESActor:
 
     def engine_state(self) -> dict[str, Any]:
         """This engine's weights (paper-bf16: the compute weights, residuals included), on the CPU."""
-        return {n: t.cpu() for n, t in self.editor.master_state().items()}
+        return self.editor.master_state()  # CPU copies
 
     def load_engine(self, state: dict[str, Any]) -> str:
         """Take another engine's weights (a re-sync from engine 0, or a resumed checkpoint); returns the checksum."""
@@ -479,7 +479,7 @@ class RayEnginesPopulation(RayPopulation):
     def _send_engine_zero(self, step: int) -> None:
         import ray
 
-        state = ray.put({n: t.cpu() for n, t in self.editor.master_state().items()})
+        state = ray.put(self.editor.master_state())  # CPU copies
         self._compare(ray.get([a.load_engine.remote(state) for a in self.actors]), self.backend.checksum(), step)
 
     def state(self) -> dict[str, Any]:

@@ -100,6 +100,7 @@ class WeightEditor:
             raise ValueError(f"unknown precision {precision!r}")
         self._active: tuple[int, float] | None = None
         self.replicas: list[dict[str, torch.Tensor]] = []
+        self.closed = False
 
     @classmethod
     def for_model(
@@ -120,7 +121,7 @@ class WeightEditor:
     @torch.no_grad()
     def perturb(self, seed: int, sigma: float, sign: float = 1.0) -> None:
         """θ ← θ + sign·σ·ε(seed). One perturbation may be active at a time."""
-        if getattr(self, "closed", False):
+        if self.closed:
             raise RuntimeError("this WeightEditor was closed (its master is gone); make a new one")
         if self._active is not None:
             raise RuntimeError("perturb() called twice without restore()")
@@ -159,7 +160,7 @@ class WeightEditor:
         the compute weights and the fraction of compute coordinates that changed at all.
         """
         replicas = self.replicas
-        if getattr(self, "closed", False):
+        if self.closed:
             raise RuntimeError("this WeightEditor was closed (its master is gone); make a new one")
         if self._active is not None:
             raise RuntimeError("update() during an active perturbation")

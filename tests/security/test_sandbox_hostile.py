@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -105,11 +104,9 @@ def test_symlink_swaps_reach_nothing_on_the_host():
 
 
 def test_network_is_unreachable_even_from_native_code():
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(1)
-    server.settimeout(0.5)
-    port = server.getsockname()[1]
+    from tests.tasks.test_sandbox import host_listener
+
+    server, port = host_listener(0.5)
     code = (
         f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
         "    print('connected')\nexcept OSError as e:\n    print('refused', e.errno)\n"

@@ -99,12 +99,17 @@ def test_write_to_the_repository_is_refused(repo):
     assert not r.passed and (repo / "pyproject.toml").exists()
 
 
-def test_socket_connect_is_refused():
+def host_listener(timeout: float) -> tuple[socket.socket, int]:
+    """A TCP listener on the host's loopback, and its port: what a sandboxed program must not reach."""
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(1)
-    server.settimeout(5)
-    port = server.getsockname()[1]
+    server.settimeout(timeout)
+    return server, server.getsockname()[1]
+
+
+def test_socket_connect_is_refused():
+    server, port = host_listener(5)
     accepted = []
     t = threading.Thread(target=lambda: _accept(server, accepted), daemon=True)
     t.start()
