@@ -49,17 +49,36 @@ def _pack(lengths: Sequence[int], token_budget: int, max_seqs: int | None = None
     return out
 
 
+def device_provenance(device: torch.device) -> dict[str, Any]:
+    """The compute device's part of a backend's provenance (the vLLM backend records its engine's device, not the
+    host where its HF copy rests)."""
+    return {
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "cpu_threads": torch.get_num_threads() if device.type == "cpu" else None,
+    }
+
+
 class HFBackend:
     kind = "hf"
 
     def __init__(
-        self, model, tokenizer, *, device: DevicePolicy = "auto", cpu_threads: int | None = None, batch_size: int = 256
+        self,
+        model,
+        tokenizer,
+        *,
+        device: DevicePolicy = "auto",
+        cpu_threads: int | None = None,
+        batch_size: int = 256,
+        place: bool = True,
     ):
+        """`place=False` leaves the model where it is: the vLLM backend keeps its HF copy on the host while its
+        engine holds the weights, and moves it to the device itself when it computes (`VLLMBackend.hf_placement`)."""
         self.device_policy = device
         resolved = resolve_device(device)
         if resolved == "cpu" and cpu_threads is not None:
             torch.set_num_threads(cpu_threads)  # results depend on it on CPU: the cell spec fixes it
-        self.model = model.to(resolved)
+        self.model = model.to(resolved) if place else model
         self.model.eval()
         self.tokenizer = tokenizer
         self.stop_token_ids = stop_token_ids(model, tokenizer)  # before any `neutral_decoding` swap
@@ -381,14 +400,14 @@ class HFBackend:
         return BackendLM(self)
 
     def provenance(self) -> dict[str, Any]:
-        device = self.device
+        where = device_provenance(self.device)
         return {
             "kind": self.kind,
             "device_policy": self.device_policy,
-            "device": str(device),
-            "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+            "device": where["device"],
+            "device_name": where["device_name"],
             "dtype": str(self.dtype).removeprefix("torch."),
-            "cpu_threads": torch.get_num_threads() if device.type == "cpu" else None,
+            "cpu_threads": where["cpu_threads"],
             "sampler": NEUTRAL_SAMPLER,
             "stop_token_ids": list(self.stop_token_ids),
         }

@@ -19,6 +19,12 @@ What differs, and why:
   follow each other: after an edit in the engine the HF copy is refreshed before its next use; once `.model` is
   handed out (GRPO trains it in place), its weights are pushed into the engine before every engine use, until the
   caller releases it (`release_model`, once training is over) or the engine is edited again.
+- The HF copy rests on the host (CPU memory) while the engine holds the weights: on a GPU it would otherwise take a
+  second copy of the weights (15 GB for a 7B model in bf16) beside the engine. It moves to the engine's device only
+  to compute there: for a teacher-forced forward (`token_entropy`, `token_logprobs`, and back after), while `.model`
+  is handed out, and while the engine is released (`engine_released`: it is then the only copy, trains and
+  generates). Saving, hashing and the syncs with the engine read and write it on the host. `hf_placement` says
+  where it is. On CPU the host is the device, and nothing moves.
 - Sampling is seeded per prompt (`SamplingParams.seed`), so a prompt's samples do not depend on how prompts are
   batched. With no seed given, one is drawn from torch's global generator, which the runner seeds: a run repeats.
 - `cast` to another dtype restarts the engine at that dtype (vLLM's dtype is fixed per engine).
@@ -47,12 +53,10 @@ from typing import Any
 import torch
 
 from esbench.backends import DevicePolicy, Generation, resolve_device
-from esbench.backends.hf import HFBackend, cut_at_stop
+from esbench.backends.hf import HFBackend, cut_at_stop, device_provenance
+from esbench.memory import engine_share
 
 WORKER_EXTENSION = "esbench.backends.vllm_worker.ESWorkerExtension"
-# The engine's share of the GPU: the rest holds the HF copy (entropy, and GRPO's fp32 master, gradients and Adam
-# state) and TRL's own colocated engine for GRPO rollouts (ESBENCH_TRL_VLLM_MEMORY, 0.25).
-GPU_MEMORY_FRACTION = 0.35
 CPU_KV_CACHE_BYTES = 1 << 30
 _EDITOR_KEYS = itertools.count()
 
@@ -72,7 +76,7 @@ def engine_settings(device: str, max_model_len: int | None = None) -> dict[str, 
     memory: dict[str, Any] = (
         {"kv_cache_memory_bytes": int(os.environ.get("ESBENCH_VLLM_KV_BYTES", CPU_KV_CACHE_BYTES))}
         if device == "cpu"
-        else {"gpu_memory_utilization": float(os.environ.get("ESBENCH_VLLM_MEMORY", GPU_MEMORY_FRACTION))}
+        else {"gpu_memory_utilization": engine_share()}  # the memory plan's share (esbench.memory)
     )
     return {
         **memory,
@@ -136,7 +140,11 @@ class VLLMBackend:
         self.device_policy = device
         self._device = resolve_device(device)
         self.max_model_len = max_model_len
-        self.hf = HFBackend(model, tokenizer, device=device, cpu_threads=cpu_threads)
+        # Where the HF copy rests while the engine holds the weights, and where it computes (`_move_hf`).
+        self.host = torch.device("cpu")
+        self.compute = torch.device("cuda", torch.cuda.current_device()) if self._device == "cuda" else self.host
+        self.hf = HFBackend(model.to(self.host), tokenizer, device=device, cpu_threads=cpu_threads, place=False)
+        self._hf_at = "host"
         self.tokenizer = tokenizer
         self._folder = Path(tempfile.mkdtemp(prefix="esbench-vllm-"))
         weakref.finalize(self, shutil.rmtree, self._folder, True)
@@ -176,6 +184,51 @@ class VLLMBackend:
             shutdown_llm(self.llm)
             self.llm = None
 
+    # ---------------------------------------------------------------------------------------------------------
+    # where the HF copy lives
+
+    @property
+    def hf_placement(self) -> str:
+        """Where the HF copy is: "host" while the engine holds the weights; "device" while it computes, is handed
+        out (`.model`), or is the only copy (`engine_released`)."""
+        return self._hf_at
+
+    def _move_hf(self, where: str) -> None:
+        """Move the HF copy to the host or to the compute device, in place (`Module.to` keeps the parameter objects
+        that a caller or an optimizer holds). Back on the host, the device memory it held is returned to the driver:
+        the engine's next start checks free memory, and other processes may share the GPU.
+
+        The host copy is pageable, not pinned: torch's pinned allocator rounds every tensor up to a power of two and
+        caches it for the process (a 7B model's 136 MB MLP weights take 256 MB each), and the moves are rare (a
+        scoring call, a GRPO stage)."""
+        self.hf.model.to(self.compute if where == "device" else self.host)
+        self._hf_at = where
+        if where == "host" and self.compute.type == "cuda":
+            gc.collect()
+            torch.cuda.empty_cache()
+
+    def _hf_to(self, where: str) -> None:
+        if self._hf_at != where:
+            self._move_hf(where)
+
+    def _hf_rests(self) -> None:
+        """The HF copy is no longer handed out: back to the host, unless it is the only copy (engine released)."""
+        if self.llm is not None:
+            self._hf_to("host")
+
+    @contextlib.contextmanager
+    def _hf_on_device(self) -> Iterator[None]:
+        """The HF copy on the compute device for one computation, then back on the host (also after a failed move:
+        a model half-moved by an out-of-memory error goes back whole)."""
+        if self._hf_at == "device":
+            yield
+            return
+        try:
+            self._move_hf("device")
+            yield
+        finally:
+            self._move_hf("host")
+
     def close(self) -> None:
         self._stop_engine()
         shutil.rmtree(self._folder, ignore_errors=True)
@@ -204,9 +257,11 @@ class VLLMBackend:
         folder = self._folder / "weights"
         shutil.rmtree(folder, ignore_errors=True)
         self.hf.save(folder)
+        self._hf_to("device")  # into the memory the engine just freed
         try:
             yield folder
         finally:
+            self._hf_to("host")
             gc.collect()  # the other engine and the trainer's state are gone: their memory must be free for the check
             if self._device == "cuda":
                 torch.cuda.empty_cache()
@@ -236,24 +291,29 @@ class VLLMBackend:
             self._owner = "both"
 
     def _engine_edited(self) -> None:
-        """An edit inside the engine follows: it must start from the current weights, and then owns them."""
+        """An edit inside the engine follows: it must start from the current weights, and then owns them (a handed
+        out `.model` is no longer followed, and goes back to the host)."""
         self._sync_engine()
         self._owner = "engine"
+        self._hf_rests()
 
     @property
     def model(self):
-        """The HF copy, current. A caller may train it in place (GRPO): the engine is refreshed before each use."""
+        """The HF copy, current and on the compute device. A caller may train it in place (GRPO): the engine is
+        refreshed before each use."""
         self._sync_hf()
         self._owner = "hf"
+        self._hf_to("device")
         return self.hf.model
 
     def release_model(self) -> None:
         """The caller is done changing `.model` in place: push its weights into the engine once, and stop pushing
-        them before every engine use (on a 7B model that is a 15 GB copy per call). GRPO trains inside
-        `engine_released` instead, whose restart loads the trained weights."""
+        them before every engine use (on a 7B model that is a 15 GB copy per call); the HF copy goes back to the
+        host. GRPO trains inside `engine_released` instead, whose restart loads the trained weights."""
         if self._owner == "hf":
             self._sync_engine()
             self._owner = "both"
+            self._hf_rests()
 
     @property
     def device(self) -> torch.device:
@@ -339,14 +399,17 @@ class VLLMBackend:
         return self.hf.neutral_decoding()
 
     def token_entropy(self, prompts: Sequence[str], responses: Sequence[str]) -> dict[str, float]:
-        """Teacher-forced full-distribution entropy on the HF copy (vLLM returns top-k log-probs, not the full one)."""
+        """Teacher-forced full-distribution entropy on the HF copy (vLLM returns top-k log-probs, not the full one),
+        on the compute device for the call."""
         self._sync_hf()
-        return self.hf.token_entropy(prompts, responses)
+        with self._hf_on_device():
+            return self.hf.token_entropy(prompts, responses)
 
     def token_logprobs(self, prompts: Sequence[str], responses: Sequence[str]) -> list[list[float]]:
         """Teacher-forced response-token log-probabilities on the HF copy, in fp32 like `token_entropy`."""
         self._sync_hf()
-        return self.hf.token_logprobs(prompts, responses)
+        with self._hf_on_device():
+            return self.hf.token_logprobs(prompts, responses)
 
     # ---------------------------------------------------------------------------------------------------------
     # weights
@@ -364,6 +427,7 @@ class VLLMBackend:
     def load_parameters(self, state: Mapping[str, torch.Tensor]) -> None:
         self._owner = "engine"
         self._rpc("esbench_load", dict(state))
+        self._hf_rests()  # a handed-out `.model` is no longer followed
 
     @contextlib.contextmanager
     def swapped_parameters(self, state: Mapping[str, torch.Tensor]) -> Iterator[None]:
@@ -413,7 +477,9 @@ class VLLMBackend:
         hf = self.hf.provenance()
         return {
             **hf,
+            **device_provenance(self.compute),  # the engine's device, wherever the HF copy is at this moment
             "kind": self.kind,
+            "hf_copy": "host",  # where it rests while the engine holds the weights (`hf_placement`)
             "dtype": str(self.dtype).removeprefix("torch."),
             "vllm_version": vllm.__version__,
             "engine": {k: v for k, v in self.settings.items() if k != "worker_extension_cls"},
