@@ -14,6 +14,7 @@ import os
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 from esbench.records import cell_dir, read_record, status
 from esbench.spec import Suite, SuiteError, load_suite
@@ -60,20 +61,45 @@ def cmd_plan(args) -> int:
     if problem := _out_problem("plan", Path(args.out), Path(args.out) / suite.name):
         print(problem, file=sys.stderr)
         return EXIT_INVALID
+    memory = _memory_plans(args, _select(suite, args.only))
+    if isinstance(memory, int):
+        return memory
+    if args.markdown:
+        from esbench.memory import GiB, plan_markdown
+
+        if memory is None:
+            print("esbench plan: --markdown prints the memory plan: give --gpus and --gpu-memory", file=sys.stderr)
+            return EXIT_INVALID
+        first = next(iter(memory.values()), None)
+        gpus = args.gpus or (first.gpus if first else 1)
+        print(plan_markdown(suite.name, list(memory.values()), gpus, (args.gpu_memory or 0) * GiB))
+        return 0
     rows = []
     for c in _select(suite, args.only):
         s = c.spec
-        rows.append(
-            {
-                "id": c.id,
-                "model": c.labels["model"],
-                "dataset": c.labels["dataset"],
-                "method": c.labels["method"],
-                "budget": s["budget"],
-                "seed": s["seed"],
-                "status": status(cell_dir(args.out, suite.name, c.id)),
-            }
-        )
+        row = {
+            "id": c.id,
+            "model": c.labels["model"],
+            "dataset": c.labels["dataset"],
+            "method": c.labels["method"],
+            "budget": s["budget"],
+            "seed": s["seed"],
+            "status": status(cell_dir(args.out, suite.name, c.id)),
+        }
+        if memory is not None:
+            plan = memory[c.id].row()
+            if args.json:
+                row["memory"] = plan
+            else:
+                row.update(
+                    {
+                        "GPUs": plan["gpus"],
+                        "GiB/GPU": f"{plan['peak_gib_per_gpu']:g}" if plan["fits"] is not None else "?",
+                        "fits": {True: "yes", False: "NO", None: "?"}[plan["fits"]],
+                        "why / fix": "; ".join(x for x in [plan["reason"], plan["fix"], *plan["notes"]] if x),
+                    }
+                )
+        rows.append(row)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -87,6 +113,50 @@ def cmd_plan(args) -> int:
         table.add_row(*(str(v) for v in r.values()))
     Console().print(table)
     return 0
+
+
+def _memory_plans(args, cells) -> dict[str, Any] | int | None:
+    """`esbench plan --gpus N --gpu-memory GiB`: each cell's memory plan (`esbench.memory`), or None without them.
+    One of the two given alone takes the other from this machine's GPUs; with none here it is an error (exit 2)."""
+    if args.gpus is None and args.gpu_memory is None:
+        return None
+    from esbench.gpu import visible_memory
+    from esbench.memory import GiB, plan_cell
+
+    local = visible_memory()
+    gpus = args.gpus if args.gpus is not None else len(local)
+    memory = args.gpu_memory * GiB if args.gpu_memory is not None else (min(local) if local else 0)
+    if not gpus or not memory:
+        print("esbench plan: give both --gpus and --gpu-memory (no GPU here to read them from)", file=sys.stderr)
+        return EXIT_INVALID
+    return {c.id: plan_cell(c, gpus, memory) for c in cells}
+
+
+def memory_refusals(cells, gpu_memory: list[int], workers: int) -> str | None:
+    """The cells predicted not to fit this machine's GPUs, as one message; None when all fit (or run on CPU).
+
+    `esbench run` calls it before any cell starts. ESBENCH_MEMORY_CHECK=off skips it (a prediction that is wrong
+    for a model it has not seen should not stop a run that would fit)."""
+    if os.environ.get("ESBENCH_MEMORY_CHECK", "on") == "off" or not gpu_memory:
+        return None
+    from esbench.executors.container import cell_uses_gpu
+    from esbench.memory import GiB, plan_cell
+
+    bad = []
+    for c in cells:
+        if not cell_uses_gpu(c.spec):
+            continue
+        plan = plan_cell(c, len(gpu_memory), min(gpu_memory), workers=workers)
+        if plan.fits is False:
+            bad.append(f"  {c.name}: {plan.reason}" + (f"; fix: {plan.fix}" if plan.fix else ""))
+    if not bad:
+        return None
+    head = (
+        f"esbench run: {len(bad)} cell(s) predicted not to fit {len(gpu_memory)} GPU(s) of "
+        f"{min(gpu_memory) / GiB:.0f} GiB (`esbench plan SUITE --gpus N --gpu-memory GiB` shows each resident set); "
+        "no cell was started:"
+    )
+    return "\n".join([head, *bad, "ESBENCH_MEMORY_CHECK=off runs them anyway."])
 
 
 def _setup_logging(log_file: Path) -> None:
@@ -139,6 +209,13 @@ def cmd_run(args) -> int:
     absent = _missing_artefacts(pending)
     if absent:  # before any cell starts or any folder is written
         print(absent, file=sys.stderr)
+        return 2
+    from esbench.gpu import visible_memory
+    from esbench.runner import es_workers
+
+    refused = memory_refusals(pending, visible_memory(), es_workers())
+    if refused:  # before anything loads: the memory plan says these cells would run out of GPU memory
+        print(refused, file=sys.stderr)
         return 2
     _setup_logging(root / "esbench.log")
     if not pending:
@@ -320,6 +397,11 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--json", action="store_true")
     pl.add_argument("--out", default="runs", help="output root (default: runs/)")
     pl.add_argument("--only", help="glob over cell ids or names (model/dataset/method/bBUDGET/sSEED)")
+    pl.add_argument(
+        "--gpus", type=_positive_int, help="GPUs of the node to plan for: adds each cell's predicted GPU memory"
+    )
+    pl.add_argument("--gpu-memory", type=float, help="GiB of one GPU (e.g. 80 for an A100-80GB, 141 for an H200)")
+    pl.add_argument("--markdown", action="store_true", help="the memory plan as a Markdown table (docs/memory-plan.md)")
     pl.set_defaults(fn=cmd_plan)
 
     r = sub.add_parser("run", help="train and evaluate pending cells; skip done ones, resume partial ones")

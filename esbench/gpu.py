@@ -142,6 +142,22 @@ def devices(free_memory: bool = True) -> list[dict[str, Any]]:
     return out
 
 
+def visible_memory() -> list[int]:
+    """Total memory in bytes of each GPU this process may use, read through nvidia-smi (no CUDA context: `esbench
+    run` checks the memory plan in the parent process, which must not hold a context on a GPU its cells need).
+    Integer `CUDA_VISIBLE_DEVICES` entries narrow the list; empty where there is no NVIDIA GPU."""
+    lines = _smi("index,memory.total") or []
+    sizes: dict[str, int] = {}
+    for line in lines:
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 2 and parts[1].split()[0].isdigit():
+            sizes[parts[0]] = int(parts[1].split()[0]) << 20  # MiB
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and all(v.strip().isdigit() for v in visible.split(",") if v.strip()):
+        return [sizes[v.strip()] for v in visible.split(",") if v.strip() in sizes]
+    return [sizes[k] for k in sorted(sizes, key=lambda k: int(k) if k.isdigit() else 0)]
+
+
 def facts(free_memory: bool = True) -> dict[str, Any]:
     """Everything above in one dict, for provenance and `esbench doctor`."""
     cuda = torch_cuda_build()

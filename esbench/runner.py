@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from esbench import provenance
+from esbench.memory import generation_budget
 from esbench.records import (
     RECORD_SCHEMA,
     RELEASE,
@@ -123,25 +124,6 @@ def _data_provenance(task, split: str, rows: list[dict[str, str]]) -> dict[str, 
 def es_workers() -> int:
     """`--es-workers` (ESBENCH_ES_WORKERS): an execution option, outside the cell id (results do not depend on it)."""
     return max(1, int(os.environ.get("ESBENCH_ES_WORKERS", "1")))
-
-
-def generation_budget(spec: Any, method: dict[str, Any]) -> int:
-    """The largest number of new tokens any part of the cell asks for: evaluation (probes and diversity use the
-    same budget) and the method's rollouts (`max_new_tokens`, `max_completion_length`, in any stage)."""
-    found = [spec.eval.max_new_tokens]
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            for k, v in node.items():
-                if k in ("max_new_tokens", "max_completion_length") and isinstance(v, int):
-                    found.append(v)
-                walk(v)
-        elif isinstance(node, list):
-            for v in node:
-                walk(v)
-
-    walk(method)
-    return max(found)
 
 
 def _longest_prompt(task_name: str, split: str, size: int | None, tokenizer) -> int:

@@ -122,9 +122,9 @@ def grpo_config(
     `stop_token_ids` (the backend's stop set) joins those `SamplingParams`; TRL's HF rollouts get it through
     `declared_eos`. `max_model_length` bounds the colocated engine's context (`esbench.backends.engine_context`).
     """
-    import os
-
     from trl import GRPOConfig
+
+    from esbench.memory import trl_engine_share
 
     g = cfg.num_generations
     if (cfg.ppo_minibatch_prompts * g) % cfg.micro_batch:
@@ -171,7 +171,7 @@ def grpo_config(
                 "use_vllm": True,
                 "vllm_mode": "colocate",
                 "vllm_importance_sampling_correction": False,
-                "vllm_gpu_memory_utilization": float(os.environ.get("ESBENCH_TRL_VLLM_MEMORY", "0.25")),
+                "vllm_gpu_memory_utilization": trl_engine_share(),  # the memory plan's (esbench.memory)
                 **({"vllm_max_model_length": max_model_length} if max_model_length else {}),
                 **({"generation_kwargs": {"stop_token_ids": list(stop_token_ids)}} if stop_token_ids else {}),
             }

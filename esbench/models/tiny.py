@@ -174,10 +174,25 @@ def _lr(step: int, cfg: dict[str, Any]) -> float:
     return cfg["lr"] * 0.5 * (1 + math.cos(math.pi * progress))
 
 
+def config(recipe: dict[str, Any] | None = None):
+    """The model's `LlamaConfig`, as `pretrain` builds it, without building the model (the memory plan sizes it)."""
+    from transformers import LlamaConfig
+
+    recipe = recipe or RECIPE
+    tokenizer = build_tokenizer(recipe["tokenizer"]["model_max_length"])
+    return LlamaConfig(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        **recipe["model"],
+    )
+
+
 def pretrain(recipe: dict[str, Any]):
     """Build tokenizer and model from `recipe` and pre-train it; returns (model, tokenizer, stats)."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
     cfg = recipe["train"]
     threads = torch.get_num_threads()
@@ -185,14 +200,7 @@ def pretrain(recipe: dict[str, Any]):
     try:
         torch.manual_seed(cfg["seed"])
         tokenizer = build_tokenizer(recipe["tokenizer"]["model_max_length"])
-        config = LlamaConfig(
-            vocab_size=len(tokenizer),
-            pad_token_id=tokenizer.pad_token_id,
-            bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            **recipe["model"],
-        )
-        model = LlamaForCausalLM(config)
+        model = LlamaForCausalLM(config(recipe))
         opt = torch.optim.AdamW(
             model.parameters(), lr=cfg["lr"], betas=tuple(cfg["betas"]), weight_decay=cfg["weight_decay"]
         )

@@ -59,8 +59,9 @@ def test_grpo_measures_its_longest_prompt_as_trl_tokenises_it(tmp_path, monkeypa
 def test_the_runner_sizes_esbenchs_engine_from_the_cells_prompts_and_budgets(tiny_model_dir, tmp_path):
     from run_helpers import small_suite
 
+    from esbench.memory import generation_budget
     from esbench.models import load_model
-    from esbench.runner import generation_budget, longest_sequence
+    from esbench.runner import longest_sequence
     from esbench.spec import load_suite
     from esbench.tasks import get_task
 

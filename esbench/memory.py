@@ -1,0 +1,628 @@
+"""The memory plan: what each cell keeps resident on a GPU, predicted before anything loads (issue 25).
+
+A cell's first sign of not fitting used to be an out-of-memory error hours in. This module states, in one place,
+the resident set the backends and method recipes keep, and `esbench plan --gpus N --gpu-memory GiB` and
+`esbench run` (which refuses a cell predicted not to fit) read it from here; so do the vLLM backend and GRPO for
+their engines' shares (`ENGINE_SHARE`, `TRL_ENGINE_SHARE`).
+
+How a prediction is built:
+- The model's shape comes from its config (a local folder, the local Hugging Face cache, or, for the paper suites'
+  models on a machine with neither, `esbench.models.shapes`): the parameter count and the largest tensor from a
+  meta-device build (`shape_from_config`), plus layers, hidden size, KV heads and vocabulary.
+- Every phase of the cell (loading, each training stage, evaluation) is a list of `Item`s on one GPU, each a named
+  byte count with the code it comes from. The cell's peak is the largest phase; it fits when the peak, and each
+  vLLM engine's own check (weights plus one longest sequence's KV cache inside its share), fit the GPU.
+
+What is resident, by backend and method (P parameters, b bytes per weight at the cell's dtype, L the longest
+sequence: `esbench.runner.longest_sequence`, or `PROMPT_ALLOWANCE` + the generation budget when the prompts cannot
+be tokenised here):
+- vLLM backend: the engine claims `ENGINE_SHARE` of the GPU (weights and KV cache inside it); the HF copy lives on
+  the host while the engine owns the weights, and comes to the GPU for teacher-forced entropy and for GRPO.
+- HF backend: the weights, plus the KV cache of a generate call (`HFBackend.batch_size` sequences of L tokens).
+- ES (`esbench.es.weights.WeightEditor`): an fp32 master (fp32-master) or fp32 shadow (paper-bf16), 4P; with
+  paper-bf16 `engines: E` in one process, E−1 bf16 replicas (`add_engines`); with `--es-workers` E they are E
+  processes on E GPUs instead (`RayEnginesPopulation`), none holding a replica; per update, a bf16 snapshot of the
+  weights (restore-residual RMS) and the update's per-tensor temporaries on the largest tensor; an anchor for
+  `decay_anchor: init`.
+- GRPO (TRL, `esbench.methods.grpo`): an fp32 master, its gradients and AdamW's two moments (16 bytes per
+  parameter, sharded over G GPUs with FSDP), a frozen fp32 KL reference when `kl_coef > 0`, TRL's colocated vLLM
+  engine (`TRL_ENGINE_SHARE`) on the vLLM backend, and activations of one micro-batch under gradient
+  checkpointing (TRL's default), with its logits in fp32.
+- Every GPU process: a CUDA context outside torch's allocator (`CUDA_CONTEXT`).
+
+The same items sized for the CPU are checked against peaks measured on CPU (tests/test_memory.py): the tiny and
+100M models, ES and GRPO. What only a GPU can show: the CUDA context and vLLM's own overheads (its profile run and
+CUDA graphs), which are constants here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+GiB = 1 << 30
+# The esbench engine's share of a GPU (vLLM `gpu_memory_utilization`; ESBENCH_VLLM_MEMORY overrides) and TRL's
+# colocated GRPO engine's (ESBENCH_TRL_VLLM_MEMORY). vLLM claims the share of the whole device at start.
+ENGINE_SHARE = 0.35
+TRL_ENGINE_SHARE = 0.25
+CUDA_CONTEXT = 1 * GiB  # per GPU process: CUDA/cuBLAS/NCCL context, outside torch's allocator
+VLLM_PROFILE_TOKENS = 8192  # the tokens of vLLM's start-up profile forward (its default max_num_batched_tokens)
+PROMPT_ALLOWANCE = 1024  # tokens, when a cell's prompts cannot be tokenised on this machine (hub data absent)
+GRPO_GPUS_ENV = "ESBENCH_GRPO_GPUS"
+TRL_TOKEN_CHUNK, TRL_VOCAB_CHUNK = 4096, 32768  # trl 1.16 kernels/chunked_logprob.py and trainer/utils.py
+
+
+def engine_share() -> float:
+    return float(os.environ.get("ESBENCH_VLLM_MEMORY", ENGINE_SHARE))
+
+
+def trl_engine_share() -> float:
+    return float(os.environ.get("ESBENCH_TRL_VLLM_MEMORY", TRL_ENGINE_SHARE))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the model's shape
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What sizes a model: unique parameters (tied embeddings once), its largest tensor, and the attention shape."""
+
+    params: int
+    largest: int  # elements of the largest tensor (the embedding or LM head)
+    layers: int
+    hidden: int
+    intermediate: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    context: int | None
+    tied: bool = False  # tied input and output embeddings (one tensor, two gradients summed)
+    source: str = ""
+
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
+
+
+def shape_from_config(config: Any, source: str = "") -> Shape:
+    """Build the model on the meta device (no memory, no weights) and count what it holds."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    seen: set[int] = set()
+    params = largest = 0
+    for p in model.parameters():
+        if id(p) not in seen:
+            seen.add(id(p))
+            params += p.numel()
+            largest = max(largest, p.numel())
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return Shape(
+        params=params,
+        largest=largest,
+        layers=config.num_hidden_layers,
+        hidden=config.hidden_size,
+        intermediate=getattr(config, "intermediate_size", 4 * config.hidden_size),
+        kv_heads=getattr(config, "num_key_value_heads", None) or heads,
+        head_dim=head_dim,
+        vocab=config.vocab_size,
+        context=getattr(config, "max_position_embeddings", None),
+        tied=bool(getattr(config, "tie_word_embeddings", False)),
+        source=source,
+    )
+
+
+def model_config(path: str, revision: str | None = None, subfolder: str | None = None) -> tuple[Any, str]:
+    """The model's transformers config and where it was read: a local folder, the local HF cache, or the table
+    of the paper suites' models. Nothing is downloaded."""
+    from transformers import AutoConfig
+
+    if path == "builtin:tiny":
+        from esbench.models import tiny
+
+        return tiny.config(), "builtin:tiny recipe"
+    where = os.path.expanduser(path)
+    if os.path.isdir(where):
+        folder = Path(where, subfolder) if subfolder else Path(where)
+        return AutoConfig.from_pretrained(str(folder)), f"{folder}/config.json"
+    try:
+        kwargs = {"subfolder": subfolder} if subfolder else {}
+        cfg = AutoConfig.from_pretrained(path, revision=revision, local_files_only=True, **kwargs)
+        return cfg, f"HF cache {path}@{revision or 'main'}"
+    except (OSError, ValueError):
+        pass
+    from esbench.models.shapes import KNOWN_CONFIGS
+
+    if path in KNOWN_CONFIGS:
+        known = dict(KNOWN_CONFIGS[path])
+        return AutoConfig.for_model(known.pop("model_type"), **known), f"esbench.models.shapes[{path}]"
+    raise LookupError(f"{path}: no config.json in a local folder, the HF cache or esbench.models.shapes")
+
+
+_SHAPES: dict[tuple, Shape] = {}
+
+
+def model_shape(model: dict[str, Any]) -> Shape:
+    """The shape of a cell's `model` block (path, revision, subfolder), cached per process."""
+    key = (model["path"], model.get("revision"), model.get("subfolder"))
+    if key not in _SHAPES:
+        cfg, source = model_config(*key)
+        _SHAPES[key] = shape_from_config(cfg, source)
+    return _SHAPES[key]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the resident set
+
+
+@dataclass(frozen=True)
+class Item:
+    name: str
+    bytes: float
+    why: str = ""
+    host: bool = False  # a CPU copy the code makes (states, checkpoints): device memory only when sizing the CPU
+    during: str = ""  # "" resident through the phase; else the step it exists in (steps do not overlap)
+
+
+@dataclass
+class Phase:
+    name: str
+    items: list[Item]
+    gpus: int = 1  # GPUs this phase spreads over; items are per GPU
+    gpu: bool = True  # sizing a GPU (host items then live elsewhere) or the CPU (everything is one memory)
+
+    @property
+    def total(self) -> float:
+        """What stays resident, plus the largest of the steps that come and go (generate, backward, update...)."""
+        counted = [i for i in self.items if not (i.host and self.gpu)]
+        steps: dict[str, float] = {}
+        for i in counted:
+            if i.during:
+                steps[i.during] = steps.get(i.during, 0.0) + i.bytes
+        return sum(i.bytes for i in counted if not i.during) + max(steps.values(), default=0.0)
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """What the items of a cell depend on besides its method's config."""
+
+    shape: Shape
+    dtype_bytes: int
+    backend: str  # "hf" or "vllm"
+    device_memory: float  # bytes of one GPU (0: sizing for the CPU)
+    sequence: int  # the longest sequence, tokens
+    gen_batch: int = 256  # sequences per HF generate call (`HFBackend.batch_size`)
+    score_tokens: int = 8192  # `HFBackend.score_tokens`: padded tokens per teacher-forced chunk
+    score_logits: int = 1 << 24  # `HFBackend.score_logits`: logits per LM-head chunk
+    gpu: bool = True
+
+    @property
+    def p(self) -> int:
+        return self.shape.params
+
+    def weights(self, nbytes: int | None = None) -> float:
+        return self.p * (nbytes or self.dtype_bytes)
+
+
+def _context(s: Sizing) -> list[Item]:
+    return [Item("CUDA context", CUDA_CONTEXT, "per GPU process, outside torch's allocator")] if s.gpu else []
+
+
+def engine_items(s: Sizing, share: float | None = None, name: str = "vLLM engine") -> list[Item]:
+    share = engine_share() if share is None else share
+    return [Item(name, share * s.device_memory, f"gpu_memory_utilization {share:g} of the GPU, weights inside")]
+
+
+def generate_items(s: Sizing, sequences: int, dtype_bytes: int | None = None, during: str = "generate") -> list[Item]:
+    """An HF generate call: the KV cache of `sequences` sequences of L tokens and the last step's logits."""
+    b = dtype_bytes or s.dtype_bytes
+    kv = sequences * s.sequence * s.shape.kv_bytes_per_token(b)
+    return [
+        Item("generate KV cache", kv, f"{sequences} sequences x {s.sequence} tokens", during=during),
+        Item("generate logits", sequences * s.shape.vocab * 4 * 2, "one step, fp32, and its softmax", during=during),
+    ]
+
+
+def scoring_items(s: Sizing) -> list[Item]:
+    """Teacher-forced entropy or log-probabilities (`HFBackend._per_token`): one chunk's hidden states and one
+    LM-head chunk's fp32 logits and log-softmax."""
+    h = s.shape
+    body = s.score_tokens * (h.hidden * 4 + h.intermediate * 2) * s.dtype_bytes
+    why = "HFBackend.score_tokens/score_logits chunks"
+    return [Item("scoring forward", body + s.score_logits * 4 * 3, why, during="score")]
+
+
+def serving_phase(s: Sizing, eval_spec: dict[str, Any]) -> Phase:
+    """Evaluation and analyses after training: the backend serving, the HF copy scoring entropy."""
+    if s.backend == "vllm":
+        items = [*engine_items(s), Item("HF copy", s.weights(), "on the GPU only while it scores", during="score")]
+    else:
+        items = [Item("weights", s.weights()), *generate_items(s, s.gen_batch)]
+    if eval_spec.get("entropy", True) or eval_spec.get("probe"):
+        items += scoring_items(s)
+    if eval_spec.get("diversity"):
+        why = "WeightEditor fp32-master around the result"
+        items.append(Item("diversity editor master", s.weights(4), why, during="diversity"))
+    return Phase("evaluate", items + _context(s), gpu=s.gpu)
+
+
+def es_phase(s: Sizing, cfg: dict[str, Any], workers: int) -> Phase:
+    """One ES stage (`esbench.methods.es`): the editor's state, snapshots and update temporaries."""
+    precision = cfg.get("precision", "fp32-master")
+    engines = int(cfg.get("engines") or 1)
+    real_engines = precision == "paper-bf16" and engines > 1 and workers == engines
+    bf16 = precision != "fp32-master"
+    items = engine_items(s) if s.backend == "vllm" else [Item("weights", s.weights())]
+    if s.backend != "vllm":
+        rollout = int(cfg.get("batch_size", 32))
+        items += generate_items(s, rollout, during="roll out")
+    items.append(
+        Item(
+            "ES fp32 shadow" if bf16 else "ES fp32 master",
+            s.weights(4),
+            "WeightEditor: the fp32 trajectory (paper-bf16) or the exact master (fp32-master)",
+        )
+    )
+    if precision == "paper-bf16" and engines > 1 and not real_engines:
+        items.append(Item(f"{engines - 1} simulated engine replicas", (engines - 1) * s.weights(), "add_engines"))
+    if bf16:
+        items.append(Item("per-update snapshot", s.weights(), "master_state(on_device=True), restore-residual RMS"))
+    if cfg.get("weight_decay") and cfg.get("decay_anchor") == "init":
+        items.append(Item("decay anchor", s.weights(4 if not bf16 else None), "θ₀ for decay_anchor: init"))
+    temporaries = s.shape.largest * (4 * 3 + (s.dtype_bytes if bf16 else 0))  # fp32 before, delta, noise; bf16 step
+    items.append(Item("update temporaries", temporaries, "largest tensor: before, delta, noise", during="update"))
+    why = "ideal_state / checkpoint master_state: CPU copies"
+    items.append(Item("state copy", s.weights(4), why, host=True, during="checkpoint"))
+    gpus = engines if real_engines else (1 + workers if workers > 1 else 1)
+    return Phase("train es", items + _context(s), gpus, s.gpu)
+
+
+def grpo_phase(s: Sizing, cfg: dict[str, Any], gpus: int, probe: bool) -> Phase:
+    """One GRPO stage through TRL (`esbench.methods.grpo`); with `gpus` > 1, FSDP full shard over them."""
+    h = s.shape
+    g = max(1, gpus)
+    compute = s.dtype_bytes if s.dtype_bytes < 4 else 4  # autocast in the model's half dtype, else fp32
+    shard = f" / {g} GPUs (FSDP)" if g > 1 else ""
+    items = [
+        Item("fp32 master" + shard, s.weights(4) / g),
+        Item("gradients" + shard, s.weights(4) / g, during="backward"),
+        Item("AdamW moments" + shard, s.weights(8) / g),
+    ]
+    if cfg.get("kl_coef"):
+        items.append(Item("KL reference (fp32)" + shard, s.weights(4) / g, "TRL ref_model, beta > 0"))
+    if g > 1:
+        unit = 2 * 4 * _layer_params(h)
+        items.append(Item("FSDP gathered unit", unit, "one decoder layer, fp32, and its grads", during="backward"))
+    completion = int(cfg.get("max_completion_length", 256))
+    micro = int(cfg.get("micro_batch", 2))
+    tokens = micro * s.sequence
+    checkpointed = tokens * h.layers * h.hidden * compute  # each layer's input, kept for the recomputation
+    layer = tokens * (6 * h.hidden + 2 * h.kv_heads * h.head_dim + 4 * h.intermediate) * compute
+    why = f"micro-batch {micro} x {s.sequence} tokens, gradient checkpointing"
+    items.append(Item("activations", checkpointed + 2 * layer, why, during="backward"))
+    # TRL's log-probabilities (trl/kernels/chunked_logprob.py): a [min(N, 4096), 32768] tile in the compute dtype
+    # whatever the vocabulary, an fp32 head gradient and hidden gradient; N is every position of the micro-batch
+    # without Triton (CPU), the completion's with it. A tied head's gradient is summed with the embedding's.
+    n = micro * (completion if s.gpu else s.sequence)
+    head = h.vocab * h.hidden * 4
+    logprob = min(n, TRL_TOKEN_CHUNK) * TRL_VOCAB_CHUNK * compute + head + n * h.hidden * 4 + (head if h.tied else 0)
+    items.append(Item("log-prob backward", logprob, "TRL ChunkedLogProbFunction", during="backward"))
+    if s.backend == "vllm" and s.gpu:
+        items += engine_items(s, trl_engine_share(), "TRL colocated vLLM engine")
+    else:
+        sequences = int(cfg.get("prompts_per_rollout", 64)) * int(cfg.get("num_generations", 8))
+        items += generate_items(s, sequences, compute, during="roll out")
+    if probe and s.dtype_bytes < 4:
+        items.append(Item("probe copy", s.weights(), "dtype_copy: the master at the suite's dtype", during="probe"))
+    return Phase("train grpo", items + _context(s), g, s.gpu)
+
+
+def _layer_params(h: Shape) -> int:
+    attn = h.hidden * (h.hidden + 2 * h.kv_heads * h.head_dim) + h.hidden * h.hidden
+    return attn + 3 * h.hidden * h.intermediate
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# a cell's plan
+
+
+@dataclass
+class CellPlan:
+    id: str
+    name: str
+    phases: list[Phase] = field(default_factory=list)
+    gpus: int = 1
+    peak: float = 0.0
+    fits: bool | None = True
+    reason: str = ""
+    fix: str = ""
+    notes: list[str] = field(default_factory=list)
+    sequence: int = 0  # L, the longest sequence the plan sized for
+
+    def row(self) -> dict[str, Any]:
+        worst = max(self.phases, key=lambda p: p.total) if self.phases else None
+        return {
+            "id": self.id,
+            "cell": self.name,
+            "gpus": self.gpus,
+            "peak_gib_per_gpu": round(self.peak / GiB, 1),
+            "peak_phase": worst.name if worst else None,
+            "sequence_tokens": self.sequence,
+            "fits": self.fits,
+            "reason": self.reason,
+            "fix": self.fix,
+            "phases": {
+                p.name: {
+                    "gpus": p.gpus,
+                    "gib": round(p.total / GiB, 2),
+                    "items": {i.name + (" (host)" if i.host else ""): round(i.bytes / GiB, 2) for i in p.items},
+                }
+                for p in self.phases
+            },
+            "notes": self.notes,
+        }
+
+
+def _stages(method: dict[str, Any]) -> list[dict[str, Any]]:
+    if method.get("kind") == "sequence":
+        return list((method.get("config") or {}).get("stages") or [])
+    return [method]
+
+
+def _dtype_bytes(dtype: str) -> int:
+    return {"float32": 4, "bfloat16": 2, "float16": 2}[dtype]
+
+
+def generation_budget(spec: Any, method: dict[str, Any]) -> int:
+    """The largest number of new tokens any part of the cell asks for: evaluation (probes and diversity use the
+    same budget) and the method's rollouts (`max_new_tokens`, `max_completion_length`, in any stage)."""
+    found = [spec.eval.max_new_tokens]
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k in ("max_new_tokens", "max_completion_length") and isinstance(v, int):
+                    found.append(v)
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(method)
+    return max(found)
+
+
+def sizing_for(cell: Any, shape: Shape, device_memory: float, sequence: int | None) -> Sizing:
+    spec = cell.spec
+    if sequence is None:
+        sequence = PROMPT_ALLOWANCE + generation_budget(cell.typed, spec["method"])
+    return Sizing(
+        shape=shape,
+        dtype_bytes=_dtype_bytes(spec["model"].get("dtype", "float32")),
+        backend=(spec.get("backend") or {}).get("kind", "hf"),
+        device_memory=device_memory,
+        sequence=sequence,
+        gpu=device_memory > 0,
+    )
+
+
+def cell_phases(spec: dict[str, Any], s: Sizing, workers: int = 1, grpo_gpus: int = 1) -> list[Phase] | None:
+    """Every phase of a cell on one GPU each, or None when a stage's method declares no resident set (a plug-in)."""
+    phases = [serving_phase(s, spec.get("eval") or {})]
+    probe = bool((spec.get("eval") or {}).get("probe"))
+    for stage in _stages(spec["method"]):
+        kind, cfg = stage.get("kind"), stage.get("config") or {}
+        if kind == "es":
+            phases.append(es_phase(s, cfg, workers))
+        elif kind == "grpo":
+            phases.append(grpo_phase(s, cfg, grpo_gpus, probe))
+        elif kind == "subtraction":  # generation and scoring around an fp32-master editor (the diagnostic)
+            phase = serving_phase(s, {"entropy": True})
+            phase.items.insert(1, Item("editor fp32 master", s.weights(4), "weight_editor('fp32-master')"))
+            phase.name = "train subtraction"
+            phases.append(phase)
+        elif kind not in ("base", "checkpoint"):
+            return None
+    return phases
+
+
+def engine_check(s: Sizing, share: float, what: str) -> str | None:
+    """vLLM's own start-up check: its share must hold the weights, its profile forward and one longest
+    sequence's KV cache (`max_model_len`), or it refuses to start."""
+    h = s.shape
+    need = s.weights() + VLLM_PROFILE_TOKENS * (4 * h.hidden + 2 * h.intermediate) * s.dtype_bytes
+    need += s.sequence * h.kv_bytes_per_token(s.dtype_bytes)
+    have = share * s.device_memory
+    if need > have:
+        fix = min(0.95, math.ceil(need / s.device_memory * 100 + 2) / 100)
+        env = "ESBENCH_VLLM_MEMORY" if what == "engine" else "ESBENCH_TRL_VLLM_MEMORY"
+        return (
+            f"{what} share {share:g} holds {have / GiB:.1f} GiB < {need / GiB:.1f} GiB (weights + KV of one "
+            f"{s.sequence}-token sequence); set {env}={fix:g}"
+        )
+    return None
+
+
+def plan_cell(
+    cell: Any,
+    gpus: int,
+    gpu_memory: float,
+    workers: int | None = None,
+    sequence: int | None = None,
+    shape: Shape | None = None,
+) -> CellPlan:
+    """The plan of one cell (`esbench.spec.Cell`) on `gpus` GPUs of `gpu_memory` bytes each. ES's paper-bf16
+    engines run as real ones when the GPUs allow (`--es-workers E`); GRPO takes the fewest GPUs (FSDP) it fits on."""
+    spec = cell.spec
+    plan = CellPlan(cell.id, cell.name)
+    try:
+        shape = shape or model_shape(spec["model"])
+    except LookupError as e:
+        plan.fits, plan.reason = None, str(e)
+        return plan
+    s = sizing_for(cell, shape, gpu_memory, sequence)
+    engines = max([int((st.get("config") or {}).get("engines") or 1) for st in _stages(spec["method"])] + [1])
+    if workers is None:  # the engines as real ones when there is a GPU per engine
+        workers = engines if 1 < engines <= gpus else 1
+    grpo_gpus = 1
+    phases = cell_phases(spec, s, workers, grpo_gpus)
+    if phases is None:
+        plan.fits, plan.reason = None, "a method without a declared resident set (a plug-in): no prediction"
+        return plan
+    if any(p.name == "train grpo" for p in phases):  # the fewest GPUs GRPO fits on, up to a node's 8
+        grpo_gpus = _fewest_grpo_gpus(spec, s, workers, gpus)
+        phases = cell_phases(spec, s, workers, grpo_gpus) or phases
+    plan.phases = phases
+    plan.gpus = max(p.gpus for p in phases)
+    plan.peak = max(p.total for p in phases)
+    problems = []
+    if s.backend == "vllm":
+        problems += [m for m in [engine_check(s, engine_share(), "engine")] if m]
+        if any(p.name == "train grpo" for p in phases):
+            problems += [m for m in [engine_check(s, trl_engine_share(), "TRL engine")] if m]
+    if plan.gpus > gpus:
+        problems.append(f"needs {plan.gpus} GPUs, {gpus} given")
+    worst = max(phases, key=lambda p: p.total)
+    if plan.peak > gpu_memory:
+        top = max(worst.items, key=lambda i: i.bytes)
+        problems.append(
+            f"{worst.name} needs {plan.peak / GiB:.1f} GiB per GPU > {gpu_memory / GiB:g} GiB "
+            f"(largest: {top.name} {top.bytes / GiB:.1f} GiB)"
+        )
+        plan.fix = _fix(spec, s, worst, engines, workers)
+    plan.fits = not problems
+    plan.reason = "; ".join(problems)
+    if workers > 1:
+        plan.notes.append(f"--es-workers {workers}")
+    if grpo_gpus > 1:
+        plan.notes.append(f"GRPO on {grpo_gpus} GPUs ({GRPO_GPUS_ENV}={grpo_gpus}, FSDP full shard)")
+    plan.sequence = s.sequence
+    return plan
+
+
+def _fewest_grpo_gpus(spec: dict[str, Any], s: Sizing, workers: int, limit: int) -> int:
+    """The fewest GPUs (1, 2, 4, 8, ...) up to `limit` on which every GRPO stage fits, else `limit`."""
+    g = 1
+    while g < limit:
+        phases = cell_phases(spec, s, workers, g) or []
+        if all(p.total <= s.device_memory for p in phases if p.name == "train grpo"):
+            return g
+        g = min(2 * g, limit)
+    return limit
+
+
+def _fix(spec, s: Sizing, worst: Phase, engines: int, workers: int) -> str:
+    """What would make the worst phase fit, checked by planning it again that way."""
+    names = {i.name for i in worst.items}
+    if worst.name == "train es" and any("simulated engine" in n for n in names):
+        real = max(p.total for p in cell_phases(spec, s, engines, 1) or [] if p.name == "train es")
+        verdict = "fits" if real <= s.device_memory else f"still {real / GiB:.1f} GiB: also a larger GPU"
+        return f"run the {engines} engines as real ones, --es-workers {engines} on {engines} GPUs ({verdict})"
+    if worst.name == "train grpo":
+        g = _fewest_grpo_gpus(spec, s, workers, 64)
+        return f"GRPO over {g} GPUs with FSDP ({GRPO_GPUS_ENV}={g})"
+    if s.backend == "vllm":
+        return "a smaller engine share (ESBENCH_VLLM_MEMORY) or a GPU with more memory"
+    return f"a GPU with at least {math.ceil(worst.total / GiB)} GiB"
+
+
+def plan_json(plans: list[CellPlan]) -> str:
+    return json.dumps([p.row() for p in plans], indent=2)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# measuring on the CPU what the plan predicts
+
+
+def cpu_peak(fn: Any) -> tuple[Any, int]:
+    """Run `fn()` and return (its result, the peak bytes torch's CPU allocator held above the level at the start).
+
+    Read from the profiler's memory events (`profile_memory=True`: every allocation and free with its size), so
+    the peak is exact for tensors, whatever the timing, and blind to what is not a tensor (Python objects, the
+    tokenizer), which the plan does not predict either. The profiler slows the run several times."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        result = fn()
+    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    level = peak = 0
+    for e in sorted(events, key=lambda e: e.start_ns()):
+        level += e.nbytes()
+        peak = max(peak, level)
+    return result, peak
+
+
+def plan_markdown(title: str, plans: list[CellPlan], gpus: int, gpu_memory: float) -> str:
+    """One suite's plan as a Markdown table (docs/memory-plan.md is made of these: `esbench plan --markdown`)."""
+    lines = [
+        f"### {title} on {gpus} x {gpu_memory / GiB:g} GiB",
+        "",
+        "| cell | GPUs | GiB per GPU | peak in | fits | why, fix, how |",
+        "|---|---|---|---|---|---|",
+    ]
+    for p in plans:
+        row = p.row()
+        worst = row["peak_phase"] or "-"
+        fits = {True: "yes", False: "**no**", None: "?"}[p.fits]
+        how = "; ".join(x for x in [p.reason, p.fix and f"fix: {p.fix}", *p.notes] if x) or "-"
+        peak = f"{row['peak_gib_per_gpu']:g}" if p.fits is not None else "?"
+        lines.append(f"| {p.name} | {p.gpus} | {peak} | {worst} | {fits} | {how} |")
+    sequences = sorted({p.sequence for p in plans if p.sequence})
+    lines += ["", f"L (longest sequence sized for): {', '.join(map(str, sequences))} tokens.", ""]
+    return "\n".join(lines)
+
+
+# Small ES and GRPO runs whose CPU peaks check the plan (tests/test_memory.py, benchmarks/memory_plan.py).
+CHECK_RUNS: dict[str, dict[str, Any]] = {
+    "es": {"population": 4, "batch_size": 8, "max_new_tokens": 32, "sigma": 0.01, "alpha": 0.005},
+    "grpo": {
+        "prompts_per_rollout": 4,
+        "num_generations": 4,
+        "ppo_minibatch_prompts": 4,
+        "micro_batch": 4,
+        "max_completion_length": 32,
+    },
+}
+
+
+def measured_against_plan(model: Any, tokenizer: Any, kind: str, settings: dict[str, Any], workdir: Path) -> dict:
+    """Train `kind` ("es" or "grpo") for 2 updates on tiny_arith on the HF backend on the CPU under `cpu_peak`, and
+    size the same run with the plan: the measured and predicted peaks, in bytes, and the plan's items."""
+    from esbench.backends.hf import HFBackend
+    from esbench.methods import TrainContext, registry
+    from esbench.rewards import Reward
+    from esbench.tasks import get_task
+
+    task = get_task("tiny_arith")
+    rows = task.rows("train", 16)
+    cls = registry.get(kind)
+    weights = sum(p.numel() * p.element_size() for p in {id(p): p for p in model.parameters()}.values())
+
+    def train() -> None:
+        backend = HFBackend(model, tokenizer, device="cpu")
+        log = Path(workdir) / "train.jsonl"
+        ctx = TrainContext(seed=0, workdir=Path(workdir), log_path=log, prompt=task.prompt, backend=backend)
+        cls().train(rows, Reward(task), 2, cls.Config(**settings), ctx)
+
+    _, above = cpu_peak(train)
+    prompt = max(len(tokenizer(task.prompt(r))["input_ids"]) for r in rows)
+    new = settings.get("max_new_tokens") or settings["max_completion_length"]
+    dtype_bytes = next(iter(model.parameters())).element_size()
+    s = Sizing(shape_from_config(model.config), dtype_bytes, "hf", device_memory=0, sequence=prompt + new, gpu=False)
+    phase = es_phase(s, settings, 1) if kind == "es" else grpo_phase(s, settings, 1, False)
+    measured = above + weights  # the weights were allocated before the measurement started
+    return {
+        "method": kind,
+        "params": s.p,
+        "measured_bytes": measured,
+        "predicted_bytes": phase.total,
+        "predicted_over_measured": phase.total / measured,
+        "items_mib": {i.name: round(i.bytes / 2**20, 2) for i in phase.items},
+    }
