@@ -22,13 +22,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import load  # noqa: E402
 
-from esbench import memory  # noqa: E402
+from esbench import memory_check  # noqa: E402
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", nargs="+", default=["tiny", "llama-100m"])
-    ap.add_argument("--method", nargs="+", default=list(memory.CHECK_RUNS))
+    ap.add_argument("--method", nargs="+", default=list(memory_check.CHECK_RUNS))
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -37,8 +37,9 @@ def main() -> None:
         for kind in args.method:
             model, tokenizer, _ = load(name, "cpu", "float32")
             with tempfile.TemporaryDirectory() as work:
-                row = memory.measured_against_plan(model, tokenizer, kind, memory.CHECK_RUNS[kind], Path(work))
-            rows.append({"model": name, **row, "settings": memory.CHECK_RUNS[kind]})
+                settings = memory_check.CHECK_RUNS[kind]
+                row = memory_check.measured_against_plan(model, tokenizer, kind, settings, Path(work))
+            rows.append({"model": name, **row, "settings": settings})
             del model
     worst = max(abs(r["predicted_over_measured"] - 1) for r in rows)
     print(json.dumps({"runs": rows, "worst_relative_error": worst}, indent=2))

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from esbench import memory
+from esbench import memory, memory_check
 from esbench.memory import GiB
 
 
@@ -185,14 +185,14 @@ eval: {tasks: [tiny_arith], n: 4, max_new_tokens: 512}
 # predicted against measured, on the CPU (the same resident set: one memory holds weights and host copies)
 
 
-@pytest.mark.parametrize(("kind", "settings"), list(memory.CHECK_RUNS.items()))
+@pytest.mark.parametrize(("kind", "settings"), list(memory_check.CHECK_RUNS.items()))
 def test_predicted_peak_is_within_15_percent_of_the_measured_one_on_the_tiny_model(
     tiny_model_dir, tmp_path, kind, settings
 ):
     from esbench.models import load_model
 
     loaded = load_model(str(tiny_model_dir))
-    got = memory.measured_against_plan(loaded.model, loaded.tokenizer, kind, settings, tmp_path)
+    got = memory_check.measured_against_plan(loaded.model, loaded.tokenizer, kind, settings, tmp_path)
     assert got["predicted_bytes"] == pytest.approx(got["measured_bytes"], rel=0.15), got
 
 
