@@ -94,8 +94,11 @@ class WeightEditor:
         if precision == "fp32-master":
             self.master = {n: p.detach().to(torch.float32).clone() for n, p in self.params.items()}
         elif precision in BF16_MODES:
-            # the fp32 trajectory the same coefficients would give without rounding, to measure what rounding adds
-            self.shadow = {n: p.detach().to(torch.float32).clone() for n, p in self.params.items()}
+            # the fp32 trajectory the same coefficients would give without rounding, to measure what rounding adds.
+            # paper-bf16's lives on the host (`shadow_device`): it is only read for drift and checkpoints, and on a
+            # GPU it would take 4 bytes per parameter beside the engine (28 GB for a 7B model)
+            where = shadow_device(precision, next(iter(self.params.values())).device if self.params else None)
+            self.shadow = {n: p.detach().to(where, torch.float32, copy=True) for n, p in self.params.items()}
         else:
             raise ValueError(f"unknown precision {precision!r}")
         self._active: tuple[int, float] | None = None
@@ -187,7 +190,7 @@ class WeightEditor:
                     step = delta.to(p.dtype)
                     for copy in (p, *(r[name] for r in replicas)):
                         copy.add_(step)
-                    sh.add_(delta)
+                    sh.add_(delta.to(sh.device))  # elementwise fp32 adds: the same bits on either device
                 else:  # es-at-scale's accelerated code: each member's scaled noise added in bf16, one at a time
                     for s, c in zip(seeds, coeffs, strict=True):
                         eps = self.scheme.noise(s, name, p.shape, p.device)
@@ -197,7 +200,7 @@ class WeightEditor:
                     base = anchor[name].to(p.dtype) if anchor is not None else 0.0
                     for copy in (p, *(r[name] for r in replicas)):
                         copy.sub_(((copy - base) * decay).to(p.dtype))
-                    sh.sub_((sh - (anchor[name].to(torch.float32) if anchor is not None else 0.0)) * decay)
+                    sh.sub_((sh - (anchor[name].to(sh.device, torch.float32) if anchor is not None else 0.0)) * decay)
             diff = torch.sub(p.detach(), before, out=before)  # in place: no full-size temporaries, same values
             changed += int(torch.count_nonzero(diff))
             sq += float(diff.pow_(2).sum())
@@ -276,6 +279,14 @@ class WeightEditor:
             if self.master is not None:
                 self.master[name].copy_(state[name])
             p.copy_(state[name].to(p.dtype))
+
+
+def shadow_device(precision: str, weights: torch.device | None) -> torch.device:
+    """Where a bf16 mode keeps its fp32 shadow: `paper-bf16` on the host (one transfer of the summed update per
+    tensor and update); `paper-bf16-per-member` beside the weights (it adds every member's noise to it)."""
+    if precision == "paper-bf16" or weights is None:
+        return torch.device("cpu")
+    return weights
 
 
 def _cpu(t: torch.Tensor) -> torch.Tensor:

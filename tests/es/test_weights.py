@@ -225,3 +225,16 @@ def test_two_point_with_n_over_2_directions_spends_one_points_evaluations():
     seeds, coeffs = tell(two, m2, rewards)
     z = zscore(rewards[:, 0])
     assert np.allclose(coeffs, two.alpha / 8 * (z[0::2] - z[1::2]))
+
+
+def test_paper_bf16_keeps_its_fp32_shadow_on_the_host():
+    """The shadow is read only for drift and checkpoints: on a GPU it would take 4 bytes per parameter beside the
+    engine. The per-member variant adds every member's noise to it and keeps it beside the weights."""
+    import torch
+
+    from esbench.es.weights import shadow_device
+
+    gpu = torch.device("cuda", 0)
+    assert shadow_device("paper-bf16", gpu) == torch.device("cpu")
+    assert shadow_device("paper-bf16-per-member", gpu) == gpu
+    assert shadow_device("paper-bf16-per-member", torch.device("cpu")) == torch.device("cpu")
