@@ -132,7 +132,7 @@ def _memory_plans(args, cells) -> dict[str, Any] | int | None:
     return {c.id: plan_cell(c, gpus, memory) for c in cells}
 
 
-def memory_refusals(cells, gpu_memory: list[int], workers: int) -> str | None:
+def memory_refusals(cells, gpu_memory: list[int], workers: int, grpo_gpus: int = 1) -> str | None:
     """The cells predicted not to fit this machine's GPUs, as one message; None when all fit (or run on CPU).
 
     `esbench run` calls it before any cell starts. ESBENCH_MEMORY_CHECK=off skips it (a prediction that is wrong
@@ -146,7 +146,7 @@ def memory_refusals(cells, gpu_memory: list[int], workers: int) -> str | None:
     for c in cells:
         if not cell_uses_gpu(c.spec):
             continue
-        plan = plan_cell(c, len(gpu_memory), min(gpu_memory), workers=workers)
+        plan = plan_cell(c, len(gpu_memory), min(gpu_memory), workers=workers, grpo_gpus=grpo_gpus)
         if plan.fits is False:
             bad.append(f"  {c.name}: {plan.reason}" + (f"; fix: {plan.fix}" if plan.fix else ""))
     if not bad:
@@ -183,6 +183,8 @@ def _execution_env(args) -> None:
     Slurm jobs (sbatch exports the environment) and Ray tasks (`executors.remote.execution_env`) all see them."""
     if getattr(args, "es_workers", None):
         os.environ["ESBENCH_ES_WORKERS"] = str(args.es_workers)
+    if getattr(args, "grpo_gpus", None):
+        os.environ["ESBENCH_GRPO_GPUS"] = str(args.grpo_gpus)
     if getattr(args, "ray_address", None):
         os.environ["ESBENCH_RAY_ADDRESS"] = args.ray_address
 
@@ -211,9 +213,9 @@ def cmd_run(args) -> int:
         print(absent, file=sys.stderr)
         return 2
     from esbench.gpu import visible_memory
-    from esbench.runner import es_workers
+    from esbench.runner import es_workers, grpo_gpus
 
-    refused = memory_refusals(pending, visible_memory(), es_workers())
+    refused = memory_refusals(pending, visible_memory(), es_workers(), grpo_gpus())
     if refused:  # before anything loads: the memory plan says these cells would run out of GPU memory
         print(refused, file=sys.stderr)
         return 2
@@ -376,6 +378,13 @@ def _add_execution_options(p) -> None:
         help="spread each ES update's population over W Ray actors, each a replica of the model "
         "(ESBENCH_ES_WORKERS; default 1: in the cell's process); for paper-bf16 with `engines: E`, W = E runs the "
         "engines as real ones (engine 0 in the cell's process, E-1 actors). Results do not depend on W",
+    )
+    p.add_argument(
+        "--grpo-gpus",
+        type=_positive_int,
+        help="train each GRPO stage on G processes: FSDP2 over G GPUs of the node (on a CPU, G gloo processes) "
+        "(ESBENCH_GRPO_GPUS; default 1). Recorded in provenance: rank-seeded sampling makes the numbers another "
+        "machine's; `esbench plan --gpus N` says which cells need it",
     )
 
 

@@ -19,15 +19,17 @@ be tokenised here):
 - vLLM backend: the engine claims `ENGINE_SHARE` of the GPU (weights and KV cache inside it); the HF copy lives on
   the host while the engine owns the weights, and comes to the GPU for teacher-forced entropy and for GRPO.
 - HF backend: the weights, plus the KV cache of a generate call (`HFBackend.batch_size` sequences of L tokens).
-- ES (`esbench.es.weights.WeightEditor`): an fp32 master (fp32-master) or fp32 shadow (paper-bf16), 4P; with
-  paper-bf16 `engines: E` in one process, E−1 bf16 replicas (`add_engines`); with `--es-workers` E they are E
+- ES (`esbench.es.weights.WeightEditor`): an fp32 master (fp32-master) or fp32 shadow (paper-bf16: on the host),
+  4P; with paper-bf16 `engines: E` in one process, E−1 bf16 replicas (`add_engines`); with `--es-workers` E they are E
   processes on E GPUs instead (`RayEnginesPopulation`), none holding a replica; per update, a bf16 snapshot of the
   weights (restore-residual RMS) and the update's per-tensor temporaries on the largest tensor; an anchor for
   `decay_anchor: init`.
 - GRPO (TRL, `esbench.methods.grpo`): an fp32 master, its gradients and AdamW's two moments (16 bytes per
-  parameter, sharded over G GPUs with FSDP), a frozen fp32 KL reference when `kl_coef > 0`, TRL's colocated vLLM
-  engine (`TRL_ENGINE_SHARE`) on the vLLM backend, and activations of one micro-batch under gradient
-  checkpointing (TRL's default), with its logits in fp32.
+  parameter, sharded over G GPUs by FSDP2 with `--grpo-gpus G`, `esbench.methods.grpo_processes`), a frozen fp32
+  KL reference when `kl_coef > 0` (sharded too, but TRL gathers it whole for each forward), TRL's colocated vLLM
+  engine (`TRL_ENGINE_SHARE`, one per GPU) on the vLLM backend, and one micro-batch's activations under gradient
+  checkpointing (TRL's default; the fp32 residual stream per layer), autocast's half-precision weight cache, and
+  TRL's chunked log-probability backward.
 - Every GPU process: a CUDA context outside torch's allocator (`CUDA_CONTEXT`).
 
 The same items sized for the CPU are checked against peaks measured on CPU (tests/test_memory.py): the tiny and
@@ -51,9 +53,15 @@ ENGINE_SHARE = 0.35
 TRL_ENGINE_SHARE = 0.25
 CUDA_CONTEXT = 1 * GiB  # per GPU process: CUDA/cuBLAS/NCCL context, outside torch's allocator
 VLLM_PROFILE_TOKENS = 8192  # the tokens of vLLM's start-up profile forward (its default max_num_batched_tokens)
+HEADROOM = 0.05  # of each GPU, kept for allocator fragmentation and what the plan cannot see
 PROMPT_ALLOWANCE = 1024  # tokens, when a cell's prompts cannot be tokenised on this machine (hub data absent)
 GRPO_GPUS_ENV = "ESBENCH_GRPO_GPUS"
 TRL_TOKEN_CHUNK, TRL_VOCAB_CHUNK = 4096, 32768  # trl 1.16 kernels/chunked_logprob.py and trainer/utils.py
+
+
+def usable(device_memory: float) -> float:
+    """What a cell may plan to hold on one GPU: all of it but `HEADROOM`."""
+    return device_memory * (1 - HEADROOM)
 
 
 def engine_share() -> float:
@@ -263,13 +271,11 @@ def es_phase(s: Sizing, cfg: dict[str, Any], workers: int) -> Phase:
     if s.backend != "vllm":
         rollout = int(cfg.get("batch_size", 32))
         items += generate_items(s, rollout, during="roll out")
-    items.append(
-        Item(
-            "ES fp32 shadow" if bf16 else "ES fp32 master",
-            s.weights(4),
-            "WeightEditor: the fp32 trajectory (paper-bf16) or the exact master (fp32-master)",
-        )
-    )
+    if bf16:  # WeightEditor's fp32 trajectory; paper-bf16 keeps it on the host (`esbench.es.weights.shadow_device`)
+        host = precision == "paper-bf16"
+        items.append(Item("ES fp32 shadow", s.weights(4), "the unrounded trajectory, for drift", host=host))
+    else:
+        items.append(Item("ES fp32 master", s.weights(4), "WeightEditor fp32-master: the exact master"))
     if precision == "paper-bf16" and engines > 1 and not real_engines:
         items.append(Item(f"{engines - 1} simulated engine replicas", (engines - 1) * s.weights(), "add_engines"))
     if bf16:
@@ -297,16 +303,24 @@ def grpo_phase(s: Sizing, cfg: dict[str, Any], gpus: int, probe: bool) -> Phase:
     ]
     if cfg.get("kl_coef"):
         items.append(Item("KL reference (fp32)" + shard, s.weights(4) / g, "TRL ref_model, beta > 0"))
+        if g > 1:  # TRL 1.16's prepare_fsdp shards the reference as one unit: each forward gathers all of it
+            why = "trl/models/utils.py prepare_fsdp: fully_shard(ref) once, no per-layer units"
+            items.append(Item("KL reference gathered", s.weights(4), why, during="reference forward"))
     if g > 1:
         unit = 2 * 4 * _layer_params(h)
         items.append(Item("FSDP gathered unit", unit, "one decoder layer, fp32, and its grads", during="backward"))
     completion = int(cfg.get("max_completion_length", 256))
     micro = int(cfg.get("micro_batch", 2))
     tokens = micro * s.sequence
-    checkpointed = tokens * h.layers * h.hidden * compute  # each layer's input, kept for the recomputation
+    # each layer's input, kept for the recomputation: the fp32 residual stream (measured 4h bytes per token and
+    # layer for Qwen2.5-1.5B/3B and Llama-3.2-3B under bf16 autocast), plus one layer's activations recomputed
+    checkpointed = tokens * h.layers * h.hidden * 4
     layer = tokens * (6 * h.hidden + 2 * h.kv_heads * h.head_dim + 4 * h.intermediate) * compute
     why = f"micro-batch {micro} x {s.sequence} tokens, gradient checkpointing"
     items.append(Item("activations", checkpointed + 2 * layer, why, during="backward"))
+    if compute < 4:  # autocast caches each fp32 weight's half-precision cast until the forward's autocast exits
+        why = "torch autocast's cast cache of the fp32 master"
+        items.append(Item("autocast weight cache", s.weights(), why, during="backward"))
     # TRL's log-probabilities (trl/kernels/chunked_logprob.py): a [min(N, 4096), 32768] tile in the compute dtype
     # whatever the vocabulary, an fp32 head gradient and hidden gradient; N is every position of the micro-batch
     # without Triton (CPU), the completion's with it. A tied head's gradient is summed with the embedding's.
@@ -319,7 +333,7 @@ def grpo_phase(s: Sizing, cfg: dict[str, Any], gpus: int, probe: bool) -> Phase:
     else:
         sequences = int(cfg.get("prompts_per_rollout", 64)) * int(cfg.get("num_generations", 8))
         items += generate_items(s, sequences, compute, during="roll out")
-    if probe and s.dtype_bytes < 4:
+    if probe and s.dtype_bytes < 4 and g == 1:  # probes are off on several processes
         items.append(Item("probe copy", s.weights(), "dtype_copy: the master at the suite's dtype", during="probe"))
     return Phase("train grpo", items + _context(s), g, s.gpu)
 
@@ -457,6 +471,7 @@ def plan_cell(
     workers: int | None = None,
     sequence: int | None = None,
     shape: Shape | None = None,
+    grpo_gpus: int | None = None,
 ) -> CellPlan:
     """The plan of one cell (`esbench.spec.Cell`) on `gpus` GPUs of `gpu_memory` bytes each. ES's paper-bf16
     engines run as real ones when the GPUs allow (`--es-workers E`); GRPO takes the fewest GPUs (FSDP) it fits on."""
@@ -471,12 +486,13 @@ def plan_cell(
     engines = max([int((st.get("config") or {}).get("engines") or 1) for st in _stages(spec["method"])] + [1])
     if workers is None:  # the engines as real ones when there is a GPU per engine
         workers = engines if 1 < engines <= gpus else 1
-    grpo_gpus = 1
+    chosen = grpo_gpus  # `esbench run`: the --grpo-gpus it runs with; `esbench plan`: the fewest that fit
+    grpo_gpus = chosen or 1
     phases = cell_phases(spec, s, workers, grpo_gpus)
     if phases is None:
         plan.fits, plan.reason = None, "a method without a declared resident set (a plug-in): no prediction"
         return plan
-    if any(p.name == "train grpo" for p in phases):  # the fewest GPUs GRPO fits on, up to a node's 8
+    if chosen is None and any(p.name == "train grpo" for p in phases):  # the fewest GPUs GRPO fits on
         grpo_gpus = _fewest_grpo_gpus(spec, s, workers, gpus)
         phases = cell_phases(spec, s, workers, grpo_gpus) or phases
     plan.phases = phases
@@ -490,11 +506,11 @@ def plan_cell(
     if plan.gpus > gpus:
         problems.append(f"needs {plan.gpus} GPUs, {gpus} given")
     worst = max(phases, key=lambda p: p.total)
-    if plan.peak > gpu_memory:
+    if plan.peak > usable(gpu_memory):
         top = max(worst.items, key=lambda i: i.bytes)
         problems.append(
-            f"{worst.name} needs {plan.peak / GiB:.1f} GiB per GPU > {gpu_memory / GiB:g} GiB "
-            f"(largest: {top.name} {top.bytes / GiB:.1f} GiB)"
+            f"{worst.name} needs {plan.peak / GiB:.1f} GiB per GPU > {usable(gpu_memory) / GiB:.1f} GiB usable of "
+            f"{gpu_memory / GiB:g} (largest: {top.name} {top.bytes / GiB:.1f} GiB)"
         )
         plan.fix = _fix(spec, s, worst, engines, workers)
     plan.fits = not problems
@@ -502,7 +518,7 @@ def plan_cell(
     if workers > 1:
         plan.notes.append(f"--es-workers {workers}")
     if grpo_gpus > 1:
-        plan.notes.append(f"GRPO on {grpo_gpus} GPUs ({GRPO_GPUS_ENV}={grpo_gpus}, FSDP full shard)")
+        plan.notes.append(f"--grpo-gpus {grpo_gpus} (FSDP2 full shard)")
     plan.sequence = s.sequence
     return plan
 
@@ -512,7 +528,7 @@ def _fewest_grpo_gpus(spec: dict[str, Any], s: Sizing, workers: int, limit: int)
     g = 1
     while g < limit:
         phases = cell_phases(spec, s, workers, g) or []
-        if all(p.total <= s.device_memory for p in phases if p.name == "train grpo"):
+        if all(p.total <= usable(s.device_memory) for p in phases if p.name == "train grpo"):
             return g
         g = min(2 * g, limit)
     return limit
@@ -523,11 +539,11 @@ def _fix(spec, s: Sizing, worst: Phase, engines: int, workers: int) -> str:
     names = {i.name for i in worst.items}
     if worst.name == "train es" and any("simulated engine" in n for n in names):
         real = max(p.total for p in cell_phases(spec, s, engines, 1) or [] if p.name == "train es")
-        verdict = "fits" if real <= s.device_memory else f"still {real / GiB:.1f} GiB: also a larger GPU"
+        verdict = "fits" if real <= usable(s.device_memory) else f"still {real / GiB:.1f} GiB: also a larger GPU"
         return f"run the {engines} engines as real ones, --es-workers {engines} on {engines} GPUs ({verdict})"
     if worst.name == "train grpo":
         g = _fewest_grpo_gpus(spec, s, workers, 64)
-        return f"GRPO over {g} GPUs with FSDP ({GRPO_GPUS_ENV}={g})"
+        return f"GRPO over {g} GPUs with FSDP2: --grpo-gpus {g}"
     if s.backend == "vllm":
         return "a smaller engine share (ESBENCH_VLLM_MEMORY) or a GPU with more memory"
     return f"a GPU with at least {math.ceil(worst.total / GiB)} GiB"

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from esbench import provenance
-from esbench.memory import generation_budget
+from esbench.memory import GRPO_GPUS_ENV, generation_budget
 from esbench.records import (
     RECORD_SCHEMA,
     RELEASE,
@@ -126,6 +126,13 @@ def es_workers() -> int:
     return max(1, int(os.environ.get("ESBENCH_ES_WORKERS", "1")))
 
 
+def grpo_gpus() -> int:
+    """`--grpo-gpus` (ESBENCH_GRPO_GPUS): processes a GRPO stage trains on (FSDP2 over a node's GPUs; gloo processes
+    on a CPU). Outside the cell id like `--es-workers`, but recorded: TRL seeds each rank's sampling apart, so the
+    numbers are another machine's (`esbench.methods.grpo_processes`)."""
+    return max(1, int(os.environ.get(GRPO_GPUS_ENV, "1")))
+
+
 def _longest_prompt(task_name: str, split: str, size: int | None, tokenizer) -> int:
     """Tokens of the split's longest prompt, as the task builds it (chat template included)."""
     from esbench.tasks import get_task
@@ -217,6 +224,7 @@ def _run_cell(cell: Cell, cd: CellDir, stage: Callable[[str], None]) -> dict[str
             probe_every=probe_every,
             budget_spec=spec.budget,
             workers=es_workers(),
+            processes=grpo_gpus(),
         )
         start = {n: p.detach().to("cpu", copy=True) for n, p in backend.parameters().items()}  # θ₀ for drift
         t1 = time.perf_counter()
@@ -229,7 +237,7 @@ def _run_cell(cell: Cell, cd: CellDir, stage: Callable[[str], None]) -> dict[str
     if method_cls.trains:  # FLOPs by the paper's App. G.2 formulas, from the tokens train.jsonl logs
         from esbench.metrics.compute import cell_compute, device_count
 
-        devices = device_count(backend.device.type, es_workers())
+        devices = device_count(backend.device.type, max(es_workers(), grpo_gpus()))
         P = sum(t.numel() for t in start.values())  # every parameter, tied tensors once (the backend's view)
         compute["compute"] = cell_compute(
             spec.method.kind, log_rows, P, timings["train_s"], devices, backend.device.type
@@ -290,7 +298,7 @@ def _run_cell(cell: Cell, cd: CellDir, stage: Callable[[str], None]) -> dict[str
         "provenance": {
             **provenance.environment(),
             "backend": backend.provenance(),
-            "execution": {"es_workers": es_workers()},
+            "execution": {"es_workers": es_workers(), "grpo_gpus": grpo_gpus()},
             "seeds": seeds,
             "model": loaded.provenance,
             "final_weights_sha256": weights_sha,

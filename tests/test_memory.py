@@ -76,7 +76,7 @@ def test_paper_easy_fits_the_papers_node_and_names_what_does_not_fit_one_gpu(rep
     es = one["qwen2.5-7b/gsm8k/es/b2ep/s42"]
     assert "simulated engine replicas" in es.reason and "--es-workers 8" in es.fix
     grpo = one["llama3.2-3b/gsm8k/grpo/b2ep/s42"]
-    assert "train grpo" in grpo.reason and memory.GRPO_GPUS_ENV in grpo.fix
+    assert "train grpo" in grpo.reason and "--grpo-gpus 2" in grpo.fix
     assert all(not one[n].fits for n in failing) and all(one[n].reason for n in failing)
 
 

@@ -102,10 +102,12 @@ def gpus_needed(spec: dict[str, Any]) -> int:
     """GPUs a cell's process uses when it runs on GPUs: one for its own model, plus one per `--es-workers` replica
     (ESBENCH_ES_WORKERS, an execution option read where the run starts; W > 1) for a cell with an ES stage. The
     driver keeps its replica on its own GPU (`esbench.es.population`, "GPU accounting")."""
-    from esbench.runner import es_workers
+    from esbench.runner import es_workers, grpo_gpus
 
+    kinds = method_kinds(spec.get("method") or {})
     workers = es_workers()
-    return 1 + workers if workers > 1 and "es" in method_kinds(spec.get("method") or {}) else 1
+    es = 1 + workers if workers > 1 and "es" in kinds else 1
+    return max(es, grpo_gpus() if "grpo" in kinds else 1)
 
 
 def _stages(cell: Cell) -> int | None:

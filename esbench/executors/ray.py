@@ -67,7 +67,11 @@ def resources(spec: dict[str, Any], cluster_gpus: float) -> dict[str, float]:
     backend = spec.get("backend") or {}
     device = backend.get("device", "auto")
     if device == "cuda" or (device == "auto" and cluster_gpus > 0):
-        return {"num_cpus": 1, "num_gpus": 1}
+        from esbench.runner import grpo_gpus
+
+        # `--grpo-gpus G`: the task's own process launches G ranks on its node, so it holds G GPUs at once
+        gpus = grpo_gpus() if "grpo" in method_kinds(spec.get("method") or {}) else 1
+        return {"num_cpus": 1, "num_gpus": gpus}
     return {"num_cpus": int(backend.get("cpu_threads", 1)), "num_gpus": 0}
 
 

@@ -14,11 +14,12 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-EXECUTION_ENV = ("ESBENCH_ES_WORKERS", "ESBENCH_RAY_ADDRESS")
+EXECUTION_ENV = ("ESBENCH_ES_WORKERS", "ESBENCH_GRPO_GPUS", "ESBENCH_RAY_ADDRESS")
 
 
 def execution_env() -> dict[str, str]:
-    """The driver's execution options (`--es-workers`, `--ray-address`), to set in a remote worker's environment."""
+    """The driver's execution options (`--es-workers`, `--grpo-gpus`, `--ray-address`), to set in a remote
+    worker's environment."""
     return {k: os.environ[k] for k in EXECUTION_ENV if k in os.environ}
 
 

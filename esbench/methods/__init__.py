@@ -47,6 +47,7 @@ class TrainContext:
     probe_every: int = 0
     budget_spec: int | str | None = None  # the suite's budget as written ('2ep' or an update count), for sequences
     workers: int = 1  # replicas a recipe may spread its work over (ES: population on Ray actors); never changes results
+    processes: int = 1  # processes (GPUs) a GRPO stage trains on (`--grpo-gpus`); changes results like another machine
 
     def maybe_probe(self, updates: int, final: bool = False) -> None:
         """Log the probe after `updates` updates (0 = before training) when due: every `probe_every`, and at the end.

@@ -61,9 +61,9 @@ from __future__ import annotations
 import contextlib
 import re
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -112,9 +112,16 @@ def grpo_config(
     vllm_rollouts: bool = False,
     stop_token_ids: Sequence[int] = (),
     max_model_length: int | None = None,
+    processes: int = 1,
+    fsdp_layers: Sequence[str] = (),
 ):
     """The `trl.GRPOConfig` for `cfg` (see the table in the module docstring). `compute` is the autocast dtype over
     fp32 master weights (`bfloat16` or `float16` for a half-precision model; `float32`: no autocast).
+
+    `processes` > 1 (`esbench.methods.grpo_processes`): the same global batch over that many processes, each with
+    micro-batches of `micro_batch` and a 1/processes share of the accumulation steps (TRL's `generation_batch_size`
+    is global). `fsdp_layers` (GPU): FSDP2 full shard wrapping those decoder-layer classes, with FSDP's activation
+    checkpointing in place of the Trainer's, sharded checkpoints, and the reference built unplaced.
 
     `vllm_rollouts`: TRL's colocated vLLM generates the rollouts (a cell on the vLLM backend on a GPU), with the
     importance-sampling correction off so the objective is the HF path's. TRL samples with its own neutral
@@ -129,13 +136,33 @@ def grpo_config(
     g = cfg.num_generations
     if (cfg.ppo_minibatch_prompts * g) % cfg.micro_batch:
         raise ValueError("ppo_minibatch_prompts * num_generations must be divisible by micro_batch")
+    if (cfg.ppo_minibatch_prompts * g) % (cfg.micro_batch * processes):
+        raise ValueError(
+            f"ppo_minibatch_prompts * num_generations ({cfg.ppo_minibatch_prompts * g}) must be divisible by "
+            f"micro_batch * GRPO processes ({cfg.micro_batch} x {processes})"
+        )
+    sharded: dict[str, Any] = {}
+    if fsdp_layers:
+        sharded = {
+            "fsdp": True,
+            "fsdp_config": {
+                "version": 2,
+                "transformer_layer_cls_to_wrap": list(fsdp_layers),
+                "state_dict_type": "SHARDED_STATE_DICT",  # a full optimizer state would gather 8P bytes on rank 0
+                "activation_checkpointing": True,
+                "reshard_after_forward": True,
+                "cpu_ram_efficient_loading": False,
+            },
+            "gradient_checkpointing": False,  # FSDP's own; both at once is refused (transformers trainer.py)
+            "model_init_kwargs": {"device_map": None},  # TRL's reference: built unplaced, then sharded
+        }
     if cfg.prompts_per_rollout % cfg.ppo_minibatch_prompts:
         raise ValueError("prompts_per_rollout must be a multiple of ppo_minibatch_prompts")
     return GRPOConfig(
         output_dir=output_dir,
         max_steps=budget,
         per_device_train_batch_size=cfg.micro_batch,
-        gradient_accumulation_steps=cfg.ppo_minibatch_prompts * g // cfg.micro_batch,
+        gradient_accumulation_steps=cfg.ppo_minibatch_prompts * g // (cfg.micro_batch * processes),
         generation_batch_size=cfg.prompts_per_rollout * g,
         num_generations=g,
         num_iterations=1,
@@ -178,6 +205,7 @@ def grpo_config(
             if vllm_rollouts
             else {}
         ),
+        **sharded,
     )
 
 
@@ -191,9 +219,12 @@ class GRPO(Method):
     def train(self, train_data, reward, budget, config: GRPOSettings, ctx: TrainContext):
         import datasets
         import torch
-        from transformers import TrainerCallback
         from trl import GRPOTrainer
 
+        if ctx.processes > 1:  # a node's GPUs through FSDP2 (gloo processes on a CPU)
+            from esbench.methods.grpo_processes import train_in_processes
+
+            return train_in_processes(train_data, reward, budget, config, ctx, ctx.processes)
         backend = ctx.backend
         model = getattr(backend, "model", None)  # TRL trains a transformers model in place
         if model is None:
@@ -214,39 +245,6 @@ class GRPO(Method):
         start = int(last.name.rsplit("-", 1)[1]) if last else 0
         ctx.rewind(start)
         counters = {"rollouts": 0, "generated_tokens": 0}
-
-        class Log(TrainerCallback):
-            """One train.jsonl row per optimizer update, with the metrics the paper's analyses need."""
-
-            def on_log(self, args, state, control, logs=None, **kw):
-                if not logs or "reward" not in logs:
-                    return
-                row = {
-                    "update": state.global_step - 1,
-                    "reward_mean": logs["reward"],
-                    "reward_std": logs.get("reward_std"),
-                    "entropy": logs.get("entropy"),
-                    "kl": logs.get("kl"),
-                    "clip_ratio": logs.get("clip_ratio/region_mean"),
-                    "completion_length": logs.get("completions/mean_length"),
-                    "loss": logs.get("loss"),
-                    "learning_rate": logs.get("learning_rate"),
-                }
-                if "num_tokens" in logs:  # compute (esbench.metrics.compute): prompt + completion tokens TRL rolled out
-                    row["tokens"] = int(logs["num_tokens"]) - self.tokens_seen
-                    row["tokens_generated"] = round((row["completion_length"] or 0) * args.generation_batch_size)
-                    self.tokens_seen = int(logs["num_tokens"])
-                ctx.log(row)
-
-            def on_save(self, args, state, control, **kw):
-                mark_complete(out / f"checkpoint-{state.global_step}", state.global_step)
-
-            def on_train_begin(self, args, state, control, **kw):
-                self.tokens_seen = state.num_input_tokens_seen  # restored with the checkpoint on a resume
-                ctx.maybe_probe(state.global_step)
-
-            def on_step_end(self, args, state, control, **kw):
-                ctx.maybe_probe(state.global_step, final=state.global_step == budget)
 
         use_cpu = backend.device.type == "cpu"
         rollout_engine = "vllm" if trl_vllm_rollouts(backend) else "hf"
@@ -290,7 +288,7 @@ class GRPO(Method):
                     args=args,
                     train_dataset=dataset,
                     processing_class=tokenizer,
-                    callbacks=[Log()],
+                    callbacks=[train_log(ctx.log, ctx.maybe_probe, out, budget)],
                 )
             if reference is not None and reference != weights:
                 shutil.rmtree(reference, ignore_errors=True)  # TRL holds the reference model in memory now
@@ -326,6 +324,50 @@ class GRPO(Method):
         if ctx.probe is not None:
             summary["probe_dtype"] = compute
         return TrainResult(updates=budget, summary=summary, **counters)
+
+
+def train_log(log: Callable[[dict[str, Any]], None], probe: Callable[..., None] | None, out: Path, budget: int):
+    """The Trainer callback of a GRPO stage: one train.jsonl row per optimizer update with the metrics the paper's
+    analyses need, the checkpoint marker, and the in-training probe. Built by the in-process stage and by rank 0 of
+    a multi-process one (`grpo_processes`)."""
+    from transformers import TrainerCallback
+
+    class TrainLog(TrainerCallback):
+        tokens_seen = 0
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            if not logs or "reward" not in logs:
+                return
+            row = {
+                "update": state.global_step - 1,
+                "reward_mean": logs["reward"],
+                "reward_std": logs.get("reward_std"),
+                "entropy": logs.get("entropy"),
+                "kl": logs.get("kl"),
+                "clip_ratio": logs.get("clip_ratio/region_mean"),
+                "completion_length": logs.get("completions/mean_length"),
+                "loss": logs.get("loss"),
+                "learning_rate": logs.get("learning_rate"),
+            }
+            if "num_tokens" in logs:  # compute (esbench.metrics.compute): prompt + completion tokens TRL rolled out
+                row["tokens"] = int(logs["num_tokens"]) - self.tokens_seen
+                row["tokens_generated"] = round((row["completion_length"] or 0) * args.generation_batch_size)
+                self.tokens_seen = int(logs["num_tokens"])
+            log(row)
+
+        def on_save(self, args, state, control, **kw):
+            mark_complete(out / f"checkpoint-{state.global_step}", state.global_step)
+
+        def on_train_begin(self, args, state, control, **kw):
+            self.tokens_seen = state.num_input_tokens_seen  # restored with the checkpoint on a resume
+            if probe is not None:
+                probe(state.global_step)
+
+        def on_step_end(self, args, state, control, **kw):
+            if probe is not None:
+                probe(state.global_step, final=state.global_step == budget)
+
+    return TrainLog()
 
 
 def trl_vllm_rollouts(backend) -> bool:

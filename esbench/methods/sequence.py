@@ -107,6 +107,7 @@ class _StageContext(TrainContext):
             probe=parent.probe,
             probe_every=parent.probe_every,
             workers=parent.workers,
+            processes=parent.processes,
         )
         self.index, self.kind, self.offset = index, kind, offset
 

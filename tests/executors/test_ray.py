@@ -60,6 +60,17 @@ def test_resources_follow_the_cell_backend():
     assert resources({"backend": {"device": "auto", "cpu_threads": 2}}, 1) == {"num_cpus": 1, "num_gpus": 1}
 
 
+def test_a_grpo_cell_on_several_gpus_holds_them_all(monkeypatch):
+    """`--grpo-gpus G`: the cell task launches its G ranks itself, so Ray must give the task G GPUs."""
+    from esbench.executors.ray import resources
+
+    monkeypatch.setenv("ESBENCH_GRPO_GPUS", "4")
+    grpo = {"backend": {"device": "cuda"}, "method": {"kind": "grpo", "config": {}}}
+    es = {"backend": {"device": "cuda"}, "method": {"kind": "es", "config": {}}}
+    assert resources(grpo, 8) == {"num_cpus": 1, "num_gpus": 4}
+    assert resources(es, 8) == {"num_cpus": 1, "num_gpus": 1}
+
+
 def test_a_killed_ray_worker_is_retried_and_resumes_from_the_checkpoint(tmp_path, tiny_model_dir, ray_env):
     """SIGKILL the worker running an ES cell after its first checkpoint: Ray retries the task on a fresh worker, the
     dead worker's lease is stale (its pid is gone), and the retry resumes from work/ to the uninterrupted record."""
