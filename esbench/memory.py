@@ -53,6 +53,7 @@ ENGINE_SHARE = 0.35
 TRL_ENGINE_SHARE = 0.25
 CUDA_CONTEXT = 1 * GiB  # per GPU process: CUDA/cuBLAS/NCCL context, outside torch's allocator
 VLLM_PROFILE_TOKENS = 8192  # the tokens of vLLM's start-up profile forward (its default max_num_batched_tokens)
+REPLICA_MARGIN = 2 << 30  # esbench.es.weights.REPLICA_MARGIN: kept free beside replicas on a GPU
 HEADROOM = 0.05  # of each GPU, kept for allocator fragmentation and what the plan cannot see
 PROMPT_ALLOWANCE = 1024  # tokens, when a cell's prompts cannot be tokenised on this machine (hub data absent)
 GRPO_GPUS_ENV = "ESBENCH_GRPO_GPUS"
@@ -277,7 +278,11 @@ def es_phase(s: Sizing, cfg: dict[str, Any], workers: int) -> Phase:
     else:
         items.append(Item("ES fp32 master", s.weights(4), "WeightEditor fp32-master: the exact master"))
     if precision == "paper-bf16" and engines > 1 and not real_engines:
-        items.append(Item(f"{engines - 1} simulated engine replicas", (engines - 1) * s.weights(), "add_engines"))
+        replicas = (engines - 1) * s.weights()
+        rest = Phase("", [*items, *_context(s)], gpu=s.gpu).total + s.weights() + s.shape.largest * 14
+        host = s.gpu and rest + replicas + REPLICA_MARGIN > usable(s.device_memory)  # WeightEditor.add_engines
+        why = "add_engines: in host memory, each copied in for its shard" if host else "add_engines: on the GPU"
+        items.append(Item(f"{engines - 1} simulated engine replicas", replicas, why, host=host))
     if bf16:
         items.append(Item("per-update snapshot", s.weights(), "master_state(on_device=True), restore-residual RMS"))
     if cfg.get("weight_decay") and cfg.get("decay_anchor") == "init":
@@ -517,6 +522,13 @@ def plan_cell(
     plan.reason = "; ".join(problems)
     if workers > 1:
         plan.notes.append(f"--es-workers {workers}")
+    hosted = [i for p in phases for i in p.items if i.host and "replicas" in i.name and s.gpu]
+    if hosted:
+        ram = hosted[0].bytes / GiB
+        plan.notes.append(
+            f"{hosted[0].name} in host memory ({ram:.0f} GiB of RAM), copied in per shard; "
+            f"--es-workers {engines} on {engines} GPUs needs none"
+        )
     if grpo_gpus > 1:
         plan.notes.append(f"--grpo-gpus {grpo_gpus} (FSDP2 full shard)")
     plan.sequence = s.sequence
@@ -536,11 +548,6 @@ def _fewest_grpo_gpus(spec: dict[str, Any], s: Sizing, workers: int, limit: int)
 
 def _fix(spec, s: Sizing, worst: Phase, engines: int, workers: int) -> str:
     """What would make the worst phase fit, checked by planning it again that way."""
-    names = {i.name for i in worst.items}
-    if worst.name == "train es" and any("simulated engine" in n for n in names):
-        real = max(p.total for p in cell_phases(spec, s, engines, 1) or [] if p.name == "train es")
-        verdict = "fits" if real <= usable(s.device_memory) else f"still {real / GiB:.1f} GiB: also a larger GPU"
-        return f"run the {engines} engines as real ones, --es-workers {engines} on {engines} GPUs ({verdict})"
     if worst.name == "train grpo":
         g = _fewest_grpo_gpus(spec, s, workers, 64)
         return f"GRPO over {g} GPUs with FSDP2: --grpo-gpus {g}"

@@ -73,8 +73,8 @@ def test_paper_easy_fits_the_papers_node_and_names_what_does_not_fit_one_gpu(rep
     failing = {n for n, p in one.items() if not p.fits}
     assert {n.split("/")[0] for n in failing} == {"llama3.2-3b", "qwen2.5-7b"}
     assert all(p.fits for n, p in one.items() if n.startswith("qwen2.5-1.5b"))
-    es = one["qwen2.5-7b/gsm8k/es/b2ep/s42"]
-    assert "simulated engine replicas" in es.reason and "--es-workers 8" in es.fix
+    es = one["qwen2.5-7b/gsm8k/es/b2ep/s42"]  # its 7 simulated 7B replicas (99 GiB) wait in host memory
+    assert es.fits and any("replicas in host memory" in n and "--es-workers 8" in n for n in es.notes)
     grpo = one["llama3.2-3b/gsm8k/grpo/b2ep/s42"]
     assert "train grpo" in grpo.reason and "--grpo-gpus 2" in grpo.fix
     assert all(not one[n].fits for n in failing) and all(one[n].reason for n in failing)
@@ -88,8 +88,11 @@ def test_the_resident_set_follows_the_settings_that_change_it(repo):
     cfg = cell.spec["method"]["config"]
     simulated = memory.es_phase(s, cfg, workers=1)
     real = memory.es_phase(s, cfg, workers=8)
-    assert simulated.total - real.total == pytest.approx(7 * shape.params * 2)  # the 7 bf16 replicas
-    assert real.gpus == 8 and simulated.gpus == 1
+    (replicas,) = [i for i in simulated.items if "replicas" in i.name]
+    assert replicas.bytes == pytest.approx(7 * shape.params * 2) and replicas.host  # too big for 80 GB beside it
+    assert simulated.total == pytest.approx(real.total) and real.gpus == 8 and simulated.gpus == 1
+    big = memory.sizing_for(cell, shape, 1000 * GiB, None)  # a GPU they fit on: beside the weights
+    assert memory.es_phase(big, cfg, 1).total - memory.es_phase(big, cfg, 8).total == pytest.approx(replicas.bytes)
     exact = memory.es_phase(s, {**cfg, "precision": "fp32-master", "engines": 1}, workers=1)
     assert "per-update snapshot" not in {i.name for i in exact.items}
     grpo = {"kl_coef": 0.001, "max_completion_length": 2048, "micro_batch": 2}
@@ -144,8 +147,8 @@ def test_plan_without_a_gpu_to_read_needs_both_numbers(repo, capsys, monkeypatch
 
 
 def test_run_refuses_cells_predicted_not_to_fit_before_anything_loads(tmp_path, monkeypatch, capsys):
-    """A CUDA cell on a (pretended) 80 GB GPU whose ES keeps 7 simulated 7B replicas: refused, exit 2, nothing
-    written; ESBENCH_MEMORY_CHECK=off lets it through to the next check."""
+    """A CUDA GRPO cell of a 7B model on a (pretended) 80 GB GPU: refused, exit 2, nothing written, the fix named;
+    with --grpo-gpus 8 on 8 such GPUs it passes; ESBENCH_MEMORY_CHECK=off lets it through to the next check."""
     import esbench.gpu
     from esbench.cli import main, memory_refusals
     from esbench.spec import load_suite
@@ -158,7 +161,7 @@ models:
 datasets:
   arith: {task: tiny_arith, size: 64}
 methods:
-  es: {method: es, population: 32, batch_size: 64, precision: paper-bf16, engines: 8, max_new_tokens: 512}
+  grpo: {method: grpo, kl_coef: 0.001, max_completion_length: 512}
 budgets: [2]
 seeds: [0]
 backend: {kind: hf, device: cuda}
@@ -167,8 +170,8 @@ eval: {tasks: [tiny_arith], n: 4, max_new_tokens: 512}
     )
     cells = load_suite(suite).cells()
     message = memory_refusals(cells, [80 * GiB], workers=1)
-    assert message and "qwen7b/arith/es" in message and "--es-workers 8" in message
-    assert memory_refusals(cells, [80 * GiB] * 8, workers=8) is None  # real engines, one per GPU: fits
+    assert message and "qwen7b/arith/grpo" in message and "--grpo-gpus" in message
+    assert memory_refusals(cells, [80 * GiB] * 8, workers=1, grpo_gpus=8) is None  # sharded over 8: fits
     assert memory_refusals(cells, [], workers=1) is None  # no GPU: nothing to check here
 
     monkeypatch.setattr(esbench.gpu, "visible_memory", lambda: [80 * GiB])

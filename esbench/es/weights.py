@@ -189,7 +189,7 @@ class WeightEditor:
                         self.scheme.accumulate(delta, s, name, c)
                     step = delta.to(p.dtype)
                     for copy in (p, *(r[name] for r in replicas)):
-                        copy.add_(step)
+                        copy.add_(step.to(copy.device))
                     sh.add_(delta.to(sh.device))  # elementwise fp32 adds: the same bits on either device
                 else:  # es-at-scale's accelerated code: each member's scaled noise added in bf16, one at a time
                     for s, c in zip(seeds, coeffs, strict=True):
@@ -199,7 +199,8 @@ class WeightEditor:
                 if decay:
                     base = anchor[name].to(p.dtype) if anchor is not None else 0.0
                     for copy in (p, *(r[name] for r in replicas)):
-                        copy.sub_(((copy - base) * decay).to(p.dtype))
+                        here = base.to(copy.device) if isinstance(base, torch.Tensor) else base
+                        copy.sub_(((copy - here) * decay).to(p.dtype))
                     sh.sub_((sh - (anchor[name].to(sh.device, torch.float32) if anchor is not None else 0.0)) * decay)
             diff = torch.sub(p.detach(), before, out=before)  # in place: no full-size temporaries, same values
             changed += int(torch.count_nonzero(diff))
@@ -209,17 +210,25 @@ class WeightEditor:
 
     # -- the artifact's engines (paper-bf16): replicas of the compute weights beside these, one per extra engine ----
     def add_engines(self, engines: int) -> None:
-        """Hold engines 1..E−1 as bf16 copies of the weights (engine 0 is `params`): each keeps its own residuals."""
+        """Hold engines 1..E−1 as bf16 copies of the weights (engine 0 is `params`): each keeps its own residuals.
+
+        On a GPU they stay beside the weights when they fit (`replica_device`), else in host memory, and each is
+        copied in for its shard (`swap_engine`) and updated where it lives: the update's cast step is the same
+        bf16 tensor for every engine, and an elementwise bf16 add rounds alike on either device."""
         if self.precision != "paper-bf16":
             raise ValueError(f"simulated engines reproduce paper-bf16, not {self.precision}")
-        self.replicas = [{n: p.detach().clone() for n, p in self.params.items()} for _ in range(engines - 1)]
+        size = sum(p.numel() * p.element_size() for p in self.params.values()) * (engines - 1)
+        where = replica_device(next(iter(self.params.values())).device if self.params else None, size)
+        self.replicas = [
+            {n: p.detach().to(where, copy=True) for n, p in self.params.items()} for _ in range(engines - 1)
+        ]
 
     @torch.no_grad()
     def swap_engine(self, k: int) -> None:
         """Exchange the weights with engine k's (k ≥ 1); calling it again swaps back."""
         replica = self.replicas[k - 1]
         for name, p in self.params.items():
-            tmp = p.clone()
+            tmp = p.to(replica[name].device, copy=True)
             p.copy_(replica[name])
             replica[name].copy_(tmp)
 
@@ -287,6 +296,19 @@ def shadow_device(precision: str, weights: torch.device | None) -> torch.device:
     if precision == "paper-bf16" or weights is None:
         return torch.device("cpu")
     return weights
+
+
+REPLICA_MARGIN = 2 << 30  # bytes a GPU keeps free beside the replicas (the update's temporaries, the KV cache)
+
+
+def replica_device(weights: torch.device | None, size: int) -> torch.device:
+    """Where simulated engines' replicas go: beside the weights when `size` bytes fit the GPU's free memory with
+    `REPLICA_MARGIN` to spare, else the host (pageable: torch's pinned allocator rounds each block up to a power
+    of two and keeps it for the process)."""
+    if weights is None or weights.type != "cuda":
+        return weights or torch.device("cpu")
+    free, _ = torch.cuda.mem_get_info(weights)
+    return weights if size + REPLICA_MARGIN <= free else torch.device("cpu")
 
 
 def _cpu(t: torch.Tensor) -> torch.Tensor:

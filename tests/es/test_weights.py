@@ -238,3 +238,17 @@ def test_paper_bf16_keeps_its_fp32_shadow_on_the_host():
     assert shadow_device("paper-bf16", gpu) == torch.device("cpu")
     assert shadow_device("paper-bf16-per-member", gpu) == gpu
     assert shadow_device("paper-bf16-per-member", torch.device("cpu")) == torch.device("cpu")
+
+
+def test_simulated_engine_replicas_go_to_the_host_when_the_gpu_cannot_hold_them(monkeypatch):
+    """paper-bf16 `engines: 8` of a 7B model in one process: 7 bf16 replicas (99 GiB) stay beside the weights only
+    when the GPU's free memory holds them with a margin (read where the editor lives: the vLLM worker)."""
+    import torch
+
+    from esbench.es import weights
+
+    gpu = torch.device("cuda", 0)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (40 << 30, 80 << 30))
+    assert weights.replica_device(gpu, 30 << 30) == gpu
+    assert weights.replica_device(gpu, 39 << 30) == torch.device("cpu")  # within REPLICA_MARGIN of full
+    assert weights.replica_device(torch.device("cpu"), 1 << 40) == torch.device("cpu")
