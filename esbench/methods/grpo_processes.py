@@ -96,6 +96,7 @@ def train_in_processes(train_data, reward, budget: int, config, ctx: TrainContex
             "log": str(ctx.log_path),
             "compute": compute,
             "use_cpu": device.type == "cpu",
+            "cpu_threads": torch.get_num_threads(),  # the cell's (`backend.cpu_threads`): CPU sums depend on it
             "vllm_rollouts": rollout_engine == "vllm",
             "stop_token_ids": list(backend.stop_token_ids),
             "resume": str(last) if last else None,
@@ -195,7 +196,8 @@ def worker(spec_path: str) -> None:
     processes = int(os.environ.get("WORLD_SIZE", "1"))
     cfg = GRPOSettings(**spec["config"])
     out = Path(spec["out"])
-    torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
+    if spec["use_cpu"]:
+        torch.set_num_threads(spec["cpu_threads"])
     loaded = load_model(spec["start"], dtype="float32")
     model, tokenizer = loaded.model, loaded.tokenizer
     rule = spec["reward"]

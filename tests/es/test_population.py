@@ -82,7 +82,7 @@ def test_an_es_cell_on_two_workers_equals_the_same_cell_on_one(tmp_path, tiny_mo
         assert main(["run", str(suite), "--out", str(out), "--only", "*/es/*", "--es-workers", str(w)]) == 0
         runs[w] = only_record(out)
     (one, one_dir), (two, two_dir) = runs[1], runs[2]
-    assert two["provenance"]["execution"] == {"es_workers": 2} and one["provenance"]["execution"]["es_workers"] == 1
+    assert two["provenance"]["execution"] == {"es_workers": 2, "grpo_gpus": 1} and one["provenance"]["execution"]["es_workers"] == 1
     assert two["train"]["updates_logged"] == 2
     assert two["provenance"]["final_weights_sha256"] == one["provenance"]["final_weights_sha256"]
     assert two["provenance"]["final_weights_sha256"] != two["provenance"]["model"]["state_sha256"]  # it trained
@@ -110,7 +110,7 @@ def test_paper_bf16_engines_as_actors_equal_the_one_process_simulation(
         assert main(["run", str(suite), "--out", str(out), "--only", "*/es/*", "--es-workers", str(w)]) == 0
         runs[w] = only_record(out)
     (one, one_dir), (many, many_dir) = runs[1], runs[engines]
-    assert many["provenance"]["execution"] == {"es_workers": engines}
+    assert many["provenance"]["execution"] == {"es_workers": engines, "grpo_gpus": 1}
     assert many["train"]["precision"] == f"paper-bf16, {engines} engines"
     assert many["provenance"]["final_weights_sha256"] == one["provenance"]["final_weights_sha256"]
     assert many["provenance"]["final_weights_sha256"] != many["provenance"]["model"]["state_sha256"]  # it trained
