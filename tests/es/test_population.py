@@ -82,7 +82,8 @@ def test_an_es_cell_on_two_workers_equals_the_same_cell_on_one(tmp_path, tiny_mo
         assert main(["run", str(suite), "--out", str(out), "--only", "*/es/*", "--es-workers", str(w)]) == 0
         runs[w] = only_record(out)
     (one, one_dir), (two, two_dir) = runs[1], runs[2]
-    assert two["provenance"]["execution"] == {"es_workers": 2, "grpo_gpus": 1} and one["provenance"]["execution"]["es_workers"] == 1
+    assert two["provenance"]["execution"] == {"es_workers": 2, "grpo_gpus": 1}
+    assert one["provenance"]["execution"]["es_workers"] == 1
     assert two["train"]["updates_logged"] == 2
     assert two["provenance"]["final_weights_sha256"] == one["provenance"]["final_weights_sha256"]
     assert two["provenance"]["final_weights_sha256"] != two["provenance"]["model"]["state_sha256"]  # it trained
