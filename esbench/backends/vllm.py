@@ -153,6 +153,7 @@ class VLLMBackend:
         # before its next use); or "hf" (the HF model was handed out and may change at any time, e.g. under TRL,
         # so it is pushed into the engine before every engine use, until `release_model` or an engine edit).
         self._owner = "both"
+        self._deferred = False  # after GRPO: the engine starts when next used, at the dtype the HF copy has then
         self._start_engine()
 
     # ---------------------------------------------------------------------------------------------------------
@@ -240,7 +241,10 @@ class VLLMBackend:
 
         Yields a folder with the current weights, config and tokenizer for the other engine to load (TRL's colocate
         engine): the cell's own weights at its dtype, not a hub revision. While released, `.model` is the only copy,
-        `generate` runs on it (training probes), `cast` casts it, and the engine starts at its dtype on the way out.
+        `generate` runs on it (training probes), `cast` casts it, and the engine starts at its dtype on the way out;
+        except when the HF copy comes back as an fp32 master of a half-precision engine (GRPO): then the engine
+        starts when next used (`_wake`), at the dtype the copy has then, which is the cell's once the runner casts
+        it for evaluation. An fp32 engine of a 7B model would need 30 GB of its 28 GB share on an 80 GB GPU.
 
         Why not keep this engine idle beside the other: two engines in one process share vLLM's process-global state.
         The first one shut down tears down the torch.distributed groups under the other
@@ -249,8 +253,10 @@ class VLLMBackend:
         memory but keeps the shared state, needs the CuMem allocator in every engine, and vLLM refuses it on CPU
         ("Sleep mode is not supported on current platform"). A stop and a start work on both, as `cast` does.
         """
-        if self.llm is None:
+        if self.llm is None and not self._deferred:
             raise RuntimeError("the vLLM engine is already released")
+        released_at = self.dtype
+        self._deferred = False
         self._sync_hf()
         self._stop_engine()
         self._owner = "hf"
@@ -265,11 +271,24 @@ class VLLMBackend:
             gc.collect()  # the other engine and the trainer's state are gone: their memory must be free for the check
             if self._device == "cuda":
                 torch.cuda.empty_cache()
+            if self.hf.dtype == torch.float32 and released_at != torch.float32:
+                self._deferred = True  # GRPO's fp32 master: the engine waits for the cell's cast, not start at fp32
+            else:
+                self._start_engine()
+                self._owner = "both"
+
+    def _wake(self) -> None:
+        """Start a deferred engine (after GRPO) from the HF copy, at its dtype now (the cell's, once the runner cast
+        it for evaluation; a vLLM engine at GRPO's fp32 would need twice the weights' memory in its share)."""
+        if self.llm is None and self._deferred:
+            self._deferred = False
+            self._hf_to("host")
             self._start_engine()
             self._owner = "both"
 
     def _rpc(self, method: str, *args: Any) -> Any:
         """Call a worker-extension method; the engine has one worker (tensor parallelism is refused at setup)."""
+        self._wake()
         if self.llm is None:
             raise RuntimeError(f"{method}: the vLLM engine is released to another engine (`engine_released`)")
         results = self.llm.collective_rpc(method, args=args)
@@ -281,6 +300,7 @@ class VLLMBackend:
 
     def _sync_engine(self) -> None:
         """Before the engine is used: push the HF weights if the HF model is the current copy."""
+        self._wake()  # a deferred engine starts from the HF copy: then both hold it
         if self._owner == "hf":
             self._rpc("esbench_load", self.hf.parameters())
 
@@ -369,6 +389,7 @@ class VLLMBackend:
             return [[g[0]] * n for g in self.generate(prompts, max_new_tokens=max_new_tokens, stop=stop)]
         if not prompts:
             return []
+        self._wake()
         if self.llm is None:  # released (`engine_released`): the HF copy, the only one, answers meanwhile
             return self.hf.generate(
                 prompts, n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed, stop=stop
@@ -419,12 +440,18 @@ class VLLMBackend:
         return EngineEditor(self, precision, noise)
 
     def parameters(self) -> dict[str, torch.Tensor]:
-        """A copy of the engine's weights under HF names (not live: write with `load_parameters`)."""
+        """A copy of the engine's weights under HF names (not live: write with `load_parameters`); while the engine
+        waits to start (after GRPO), a copy of the HF copy's, GRPO's fp32 master."""
+        if self._deferred:
+            return {k: v.detach().clone() for k, v in self.hf.parameters().items()}
         self._sync_engine()
         return self._rpc("esbench_state")
 
     @torch.no_grad()
     def load_parameters(self, state: Mapping[str, torch.Tensor]) -> None:
+        if self._deferred:  # the HF copy is the only copy until the engine starts from it
+            self.hf.load_parameters(state)
+            return
         self._owner = "engine"
         self._rpc("esbench_load", dict(state))
         self._hf_rests()  # a handed-out `.model` is no longer followed
@@ -441,7 +468,7 @@ class VLLMBackend:
     def cast(self, dtype: torch.dtype) -> None:
         if dtype == self.dtype:
             return
-        if self.llm is None:  # released: the engine starts at the new dtype when it comes back
+        if self.llm is None:  # released or deferred: the engine starts at the new dtype when it comes back
             self.hf.cast(dtype)
             return
         self._sync_engine()

@@ -168,10 +168,17 @@ def test_trl_engine_loads_the_cells_weights_offline_while_the_backends_engine_is
         assert model.name_or_path == HUB_ID
 
         assert result.summary["rollout_engine"] == "vllm"
-        assert backend.llm is not None and backend.dtype == torch.float32  # back, at the fp32 master's dtype
-        trained = backend.parameters()  # read from the restarted engine
+        # the engine waits for the cell's cast instead of restarting at GRPO's fp32 (twice the bf16 share)
+        assert backend.llm is None and backend.dtype == torch.float32
+        trained = backend.parameters()  # the fp32 master, as drift reads it
         hf = backend.hf.parameters()
-        assert all(torch.equal(trained[k], hf[k]) for k in trained), "the engine holds the trained weights"
+        assert all(torch.equal(trained[k], hf[k]) and trained[k] is not hf[k] for k in trained)  # copies
+        backend.cast(torch.bfloat16)  # what the runner does before evaluation: still no engine at fp32
+        assert backend.llm is None and backend.dtype == torch.bfloat16
+        assert backend.generate(["1+1="], max_new_tokens=4)[0][0].tokens > 0  # the engine starts, at bf16
+        assert backend.llm is not None and backend._engine_dtype == torch.bfloat16
+        engine = backend.parameters()
+        assert all(torch.equal(engine[k], trained[k].to(torch.bfloat16)) for k in engine), "the trained weights"
         logged = [
             row for line in (tmp_path / "train.jsonl").read_text().splitlines() if "update" in (row := json.loads(line))
         ]
