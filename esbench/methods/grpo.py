@@ -244,7 +244,6 @@ class GRPO(Method):
         last = last_complete_checkpoint(out)
         start = int(last.name.rsplit("-", 1)[1]) if last else 0
         ctx.rewind(start)
-        counters = {"rollouts": 0, "generated_tokens": 0}
 
         use_cpu = backend.device.type == "cpu"
         rollout_engine = "vllm" if trl_vllm_rollouts(backend) else "hf"
@@ -310,20 +309,28 @@ class GRPO(Method):
                 del trainer  # its optimizer state too, before the backend's engine starts again
                 plain_forward(model)
             model.eval()
-        per_update = config.ppo_minibatch_prompts * config.num_generations
-        counters["rollouts"] = budget * per_update
-        counters["generated_tokens"] = int(
-            sum(r.get("completion_length") or 0 for r in _read(ctx.log_path)) * per_update
-        )
-        summary = {
-            "precision": "fp32-master" + (f", {compute} autocast" if compute != "float32" else ""),
-            "rollout_engine": rollout_engine,
-        }
-        if config.kl_coef > 0:
-            summary["kl"] = f"k3, beta {config.kl_coef}, against the stage's starting weights ({compute}, held in fp32)"
+        result = stage_result(config, budget, ctx, compute, rollout_engine)
         if ctx.probe is not None:
-            summary["probe_dtype"] = compute
-        return TrainResult(updates=budget, summary=summary, **counters)
+            result.summary["probe_dtype"] = compute
+        return result
+
+
+def stage_result(config: GRPOSettings, budget: int, ctx: TrainContext, compute: str, engine: str) -> TrainResult:
+    """What a GRPO stage reports, in one process or several (`grpo_processes`): its precision, rollout engine and
+    KL form, and the rollouts and generated tokens counted from train.jsonl."""
+    per_update = config.ppo_minibatch_prompts * config.num_generations
+    summary = {
+        "precision": "fp32-master" + (f", {compute} autocast" if compute != "float32" else ""),
+        "rollout_engine": engine,
+    }
+    if config.kl_coef > 0:
+        summary["kl"] = f"k3, beta {config.kl_coef}, against the stage's starting weights ({compute}, held in fp32)"
+    return TrainResult(
+        updates=budget,
+        summary=summary,
+        rollouts=budget * per_update,
+        generated_tokens=int(sum(r.get("completion_length") or 0 for r in _read(ctx.log_path)) * per_update),
+    )
 
 
 def train_log(log: Callable[[dict[str, Any]], None], probe: Callable[..., None] | None, out: Path, budget: int):

@@ -52,7 +52,7 @@ def train_in_processes(train_data, reward, budget: int, config, ctx: TrainContex
     import torch
     from safetensors.torch import load_file
 
-    from esbench.methods.grpo import _read, last_complete_checkpoint, save_start, trl_prompt, trl_vllm_rollouts
+    from esbench.methods.grpo import last_complete_checkpoint, save_start, stage_result, trl_prompt, trl_vllm_rollouts
 
     backend = ctx.backend
     g = config.num_generations
@@ -113,23 +113,12 @@ def train_in_processes(train_data, reward, budget: int, config, ctx: TrainContex
             raise RuntimeError(f"GRPO's gathered weights do not match the model: missing {missing}, extra {unexpected}")
         model.to(device)
         model.eval()
-    per_update = config.ppo_minibatch_prompts * config.num_generations
-    summary = {
-        "precision": "fp32-master" + (f", {compute} autocast" if compute != "float32" else ""),
-        "rollout_engine": rollout_engine,
-        "processes": processes,
-        "sharding": "none (CPU: DDP over gloo)" if device.type == "cpu" else "FSDP2 full shard",
-    }
-    if config.kl_coef > 0:
-        summary["kl"] = f"k3, beta {config.kl_coef}, against the stage's starting weights ({compute}, held in fp32)"
+    result = stage_result(config, budget, ctx, compute, rollout_engine)
+    result.summary["processes"] = processes
+    result.summary["sharding"] = "none (CPU: DDP over gloo)" if device.type == "cpu" else "FSDP2 full shard"
     if ctx.probe is not None:
-        summary["probe"] = f"off: the model is split over {processes} processes"
-    return TrainResult(
-        updates=budget,
-        summary=summary,
-        rollouts=budget * per_update,
-        generated_tokens=int(sum(r.get("completion_length") or 0 for r in _read(ctx.log_path)) * per_update),
-    )
+        result.summary["probe"] = f"off: the model is split over {processes} processes"
+    return result
 
 
 def launch(spec: Path, processes: int, log: Path) -> None:
