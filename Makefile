@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/esbench run suites/tiny.yaml
+	$(VENV)/bin/esbench run suites/tiny.yaml --jobs 2
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check esbench tests benchmarks scripts

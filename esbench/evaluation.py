@@ -64,6 +64,18 @@ def task_config(task: str, repeats: int, temperature: float, top_p: float, max_n
     return {**config, "task": task, "repeats": repeats, "generation_kwargs": gen}
 
 
+def _cache_env_report() -> None:
+    """lm-eval adds torch's environment report to every `simple_evaluate` result (`loggers.utils.add_env_info`),
+    which runs about a dozen subprocesses (0.5 s) per call, six calls per cell. The report cannot change within a
+    process and esbench never reads it, so it is computed once per process."""
+    import functools
+
+    from torch.utils import collect_env
+
+    if not hasattr(collect_env.get_pretty_env_info, "cache_info"):
+        collect_env.get_pretty_env_info = functools.cache(collect_env.get_pretty_env_info)
+
+
 def _run_lm_eval(
     lm, task_manager, overrides: list[dict], limit: int | None, seed: int, chat: bool = False
 ) -> dict[str, Any]:
@@ -72,6 +84,7 @@ def _run_lm_eval(
     task family, and for Countdown it is the dataset's own, row by row."""
     import lm_eval
 
+    _cache_env_report()
     return lm_eval.simple_evaluate(
         model=lm,
         tasks=overrides,
