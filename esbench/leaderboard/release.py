@@ -306,6 +306,24 @@ REQUIRED_PROVENANCE: dict[str, list[str]] = {
 # Where cells of the paper's grid land in its tables. Only cells of the `suites` listed here (exactly as frozen in
 # the release, any seed) are compared with the paper; a cell then maps to a paper value through its model path,
 # method (kind, or `sequence:<stage kinds>`) and task. The hard setting's GRPO row is a released checkpoint.
+def claims_map() -> dict[str, Any]:
+    """The paper's headline claims as this release states them (`esbench.claims`): each one's statistic, direction
+    and test, with the margins and the bootstrap, frozen beside the suites so a verdict can be read against the
+    statement it was made under. (Imported late: `esbench.claims` imports the leaderboard's grid.)"""
+    from esbench import claims
+
+    return {
+        "paper": "arXiv 2608.27351",
+        "definitions": "esbench/claims.py",
+        "bootstrap": {"iters": claims.BOOTSTRAP_ITERS, "seed": claims.BOOTSTRAP_SEED, "level": claims.LEVEL},
+        "margins": {"C2": claims.C2_MARGIN, "C3": claims.C3_MARGIN, "C4": claims.C4_THRESHOLD, "C5": claims.C5_MARGIN},
+        "claims": [
+            {"id": c.id, "claim": c.text, "statistic": c.statistic, "test": c.test, "paper": c.paper}
+            for c in claims.CLAIMS
+        ],
+    }
+
+
 PAPER_MAP: dict[str, Any] = {
     "suites": ["paper-easy", "paper-hard"],
     "models": {
@@ -413,7 +431,7 @@ def write_release(
         "fingerprint_scheme": FINGERPRINT_SCHEME,
         "rule": rule,
         "provenance": REQUIRED_PROVENANCE,
-        "paper_map": PAPER_MAP,
+        "paper_map": {**PAPER_MAP, "claims": claims_map()},
     }
     atomic_write_json(d / "cells.json", cells)
     atomic_write_json(d / "release.json", release)
