@@ -303,6 +303,7 @@ REQUIRED_PROVENANCE: dict[str, list[str]] = {
     "nullable": ["git_dirty", "container_image_digest", "cuda", "gpus", "driver", "packages.vllm"],
 }
 
+
 # Where cells of the paper's grid land in its tables. Only cells of the `suites` listed here (exactly as frozen in
 # the release, any seed) are compared with the paper; a cell then maps to a paper value through its model path,
 # method (kind, or `sequence:<stage kinds>`) and task. The hard setting's GRPO row is a released checkpoint.
