@@ -75,3 +75,16 @@ def fake_docker(tmp_path, monkeypatch, image: str, digit: str) -> Path:
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
     return log
+
+
+def minimal_release(root: Path, release_id: str, **kw) -> Path:
+    """A release of one one-cell base suite under `root/lb` (its reference folder empty); returns the release folder."""
+    from esbench.leaderboard.release import write_release
+
+    suite = root / "s.yaml"
+    suite.write_text(
+        "name: s\nmodels: {tiny: {path: 'builtin:tiny'}}\nmethods: {base: {}}\nseeds: [0]\n"
+        "eval: {tasks: [tiny_arith], limit: 2, n: 1, k: [1]}\n"
+    )
+    (root / "ref").mkdir(exist_ok=True)
+    return write_release(root / "lb", release_id, [suite], root / "ref", "2026-01-01", **kw)

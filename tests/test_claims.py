@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from run_helpers import small_suite
+from run_helpers import minimal_release, small_suite
 
 from esbench import claims
 from esbench.cli import main
@@ -298,15 +298,7 @@ def test_a_group_without_trained_grpo_takes_the_checkpoint_and_prefers_the_canon
 def test_a_new_release_states_the_claims_in_its_paper_map(tmp_path):
     """Issue 24: the release's paper map states each claim as a statistic with a direction and a test, with the
     margins and the bootstrap, so a later change to esbench/claims.py cannot silently restate an old release."""
-    from esbench.leaderboard.release import write_release
-
-    suite = tmp_path / "s.yaml"
-    suite.write_text(
-        "name: s\nmodels: {tiny: {path: 'builtin:tiny'}}\nmethods: {base: {}}\nseeds: [0]\n"
-        "eval: {tasks: [tiny_arith], limit: 2, n: 1, k: [1]}\n"
-    )
-    (tmp_path / "ref").mkdir()
-    d = write_release(tmp_path / "lb", "v9.9", [suite], tmp_path / "ref", "2026-01-01")
+    d = minimal_release(tmp_path, "v9.9")
     stated = json.loads((d / "release.json").read_text())["paper_map"]["claims"]
     assert [c["id"] for c in stated["claims"]] == ["C1", "C2@16", "C2@32", "C3", "C4", "C5", "C6@16", "C6@32"]
     c2 = next(c for c in stated["claims"] if c["id"] == "C2@16")

@@ -413,15 +413,9 @@ def test_a_release_without_the_keys_renders_as_before(report):
 def test_a_new_release_freezes_the_artifact_rule_and_no_empty_seed_term(tmp_path):
     """The next release carries the like-with-like artifact rule and no seed-variance table: v1.4 froze it empty,
     and no source gives a spread over training seeds. A rule that carries one must name its source."""
-    from esbench.leaderboard.release import write_release
+    from run_helpers import minimal_release
 
-    suite = tmp_path / "s.yaml"
-    suite.write_text(
-        "name: s\nmodels: {tiny: {path: 'builtin:tiny'}}\nmethods: {base: {}}\nseeds: [0]\n"
-        "eval: {tasks: [tiny_arith], limit: 2, n: 1, k: [1]}\n"
-    )
-    (tmp_path / "ref").mkdir()
-    d = write_release(tmp_path / "lb", "v9.9", [suite], tmp_path / "ref", "2026-01-01")
+    d = minimal_release(tmp_path, "v9.9")
     rule = json.loads((d / "release.json").read_text())["rule"]
     assert rule["artifact"] == ARTIFACT_RULE and "seed_sd_pp" not in rule
     assert rule["artifact"]["runs"]["ES step 234"]["training"]["seed_sd_source"] is None
@@ -432,7 +426,7 @@ def test_a_new_release_freezes_the_artifact_rule_and_no_empty_seed_term(tmp_path
         ({**DEFAULT_RULE, "artifact": _with_seed_sd(1.0, None)}, "no seed_sd_source"),
     ]:
         with pytest.raises(ValueError, match=match):
-            write_release(tmp_path / "lb", "v9.8", [suite], tmp_path / "ref", "2026-01-01", rule=bad)
+            minimal_release(tmp_path, "v9.8", rule=bad)
     named = {**DEFAULT_RULE, "seed_sd_pp": {"pass@1": 1.0}, "seed_sd_source": "a five-seed run"}
-    d = write_release(tmp_path / "lb", "v9.7", [suite], tmp_path / "ref", "2026-01-01", rule=named)
+    d = minimal_release(tmp_path, "v9.7", rule=named)
     assert "Source: a five-seed run." in rule_text(json.loads((d / "release.json").read_text())["rule"])
