@@ -7,7 +7,7 @@ with margin on this project's machines, through the same statistics `esbench rep
 - C1: GRPO's Pass@1 gain over base has a CI above zero, and GRPO's Pass@1 is above ES's.
 - C3: GRPO's held-out token entropy falls below base with a CI below zero; ES's stays inside C3's margin.
 
-A change that makes the miniature insensitive (a learning rate of 0, a broken reward, a recipe without headroom)
+A change that makes the miniature insensitive (GRPO's learning rate near 0, a broken reward, a recipe without headroom)
 fails here. No exact number is asserted: the tiny model's pre-training reduces in a CPU-dependent order, so its
 weights differ between CPU models.
 """

@@ -304,9 +304,6 @@ REQUIRED_PROVENANCE: dict[str, list[str]] = {
 }
 
 
-# Where cells of the paper's grid land in its tables. Only cells of the `suites` listed here (exactly as frozen in
-# the release, any seed) are compared with the paper; a cell then maps to a paper value through its model path,
-# method (kind, or `sequence:<stage kinds>`) and task. The hard setting's GRPO row is a released checkpoint.
 def claims_map() -> dict[str, Any]:
     """The paper's headline claims as this release states them (`esbench.claims`): each one's statistic, direction
     and test, with the margins and the bootstrap, frozen beside the suites so a verdict can be read against the
@@ -325,6 +322,9 @@ def claims_map() -> dict[str, Any]:
     }
 
 
+# Where cells of the paper's grid land in its tables. Only cells of the `suites` listed here (exactly as frozen in
+# the release, any seed) are compared with the paper; a cell then maps to a paper value through its model path,
+# method (kind, or `sequence:<stage kinds>`) and task. The hard setting's GRPO row is a released checkpoint.
 PAPER_MAP: dict[str, Any] = {
     "suites": ["paper-easy", "paper-hard"],
     "models": {
