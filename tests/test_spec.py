@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -301,3 +302,21 @@ def test_shipped_suites_validate(repo):
         assert load_suite(path).cells(), path
         first = path.read_text().splitlines()[0]
         assert first.startswith("# esbench run suites/"), f"{path.name} must begin with the command that runs it"
+
+
+def test_the_tiny_suite_copies_stay_the_demo_grid():
+    """tiny-vllm.yaml is tiny.yaml on the vLLM backend, and the plug-in example is tiny.yaml plus one method (read as
+    YAML: the plug-in need not be installed), so retuning the demo without them (as happened before v1.7) fails."""
+    import yaml
+
+    root = Path(__file__).resolve().parent.parent
+
+    def grid(path, *drop):
+        return {k: v for k, v in yaml.safe_load((root / path).read_text()).items() if k not in ("name", *drop)}
+
+    demo = grid("suites/tiny.yaml")
+    vllm = grid("suites/tiny-vllm.yaml")
+    assert vllm.pop("backend") == {"kind": "vllm"} and vllm == demo
+    example = grid("examples/esbench-random-search/tiny-random-search.yaml", "description")
+    assert example["methods"].pop("random-search")["method"] == "random-search"
+    assert example == grid("suites/tiny.yaml", "description")
