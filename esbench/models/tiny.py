@@ -2,9 +2,11 @@
 
 Why it exists: the paper studies models with *partial* skill, whose Pass@1 sits well below their Pass@K. A
 1-2M-parameter Llama-config model pre-trained on the synthetic families in `esbench.tasks.synthetic`, with a
-share of deliberately wrong worked solutions, has that property on CPU in about two minutes. The recipe follows
+share of deliberately wrong worked solutions, has that property on CPU in about three minutes. The recipe follows
 `../shared/reference/tiny_model_notes.md` (character-level tokenizer, hidden 192, 4 layers, noisy solutions,
-held-out reversal and maximum families).
+held-out reversal and maximum families), and adds a second, rarer solution method (`solve_grouped`): the one
+that alone reaches the right answer when a step goes negative. That gives the miniature the paper's coverage
+question: does post-training keep the rare strategy (Pass@K) while it sharpens the common one (Pass@1)?
 
 The cache key is a hash of `RECIPE` plus this builder's version, so editing the recipe rebuilds the model and
 changes its weights hash in every record's provenance. A Qwen2 config is deliberately avoided: transformers 5
@@ -48,12 +50,14 @@ RECIPE: dict[str, Any] = {
     "data": {
         "mix": {"arith": 0.6, "reverse": 0.2, "max": 0.2},
         "noise_rate": 0.2,
-        # A negative step result loses its minus sign: small negatives (>= -small_negative) 60 % of the time, so
-        # the right answer is within reach of a small nudge (what ES with greedy roll-outs can find); larger ones
-        # 97 % of the time, so the right answer is rare (the Pass@k headroom the paper's comparisons need).
-        "sign_slip_rate_small": 0.6,
-        "small_negative": 4,
-        "sign_slip_rate": 0.97,
+        # Two ways to do the sums, as a student has (see `training_text`). Left to right (80 %) is the practised
+        # one, but a negative step result loses its minus sign 95 % of the time; grouping (20 %) sums the positive
+        # and the negative terms apart and never loses a sign, but it is sloppier. Grouping is worse on average
+        # and the only likely way to the right answer when a step goes negative: the rare strategy whose loss is
+        # what the paper calls narrowed reasoning coverage (GRPO's Pass@16 below ES's).
+        "sign_slip_rate": 0.95,
+        "grouped_share": 0.2,
+        "grouped_noise_rate": 0.3,
         "noise_offsets": [-10, -2, -1, 1, 2, 10],
     },
     "train": {
@@ -127,19 +131,45 @@ def solve(question: str, bad_step: int | None = None, offset: int = 0, slip: Cal
     return "\n".join(lines) + f"\n#### {value}"
 
 
+def _terms(question: str) -> list[int]:
+    return [int(t) for t in re.findall(r"[+-]?\d+", question.removeprefix("Q ").removesuffix("=?"))]
+
+
+def solve_grouped(question: str, bad_line: int | None = None, offset: int = 0) -> str:
+    """The other method: sum the positive terms (`+12+7=19`), then the negative ones (`-8-6=-14`), then combine.
+
+    Its running values stay non-negative until the last line, whose sign it writes, so it never slips a sign;
+    `bad_line` (0-2) gets its result shifted by `offset`, and the slip propagates to the answer.
+    """
+    terms = _terms(question)
+    pos = [terms[0]] + [t for t in terms[1:] if t >= 0]
+    neg = [t for t in terms[1:] if t < 0]
+    value = sum(pos) + (offset if bad_line == 0 else 0)
+    lines = ["+" + "+".join(map(str, pos)) + f"={value}"]
+    if neg:
+        total = sum(neg) + (offset if bad_line == 1 else 0)
+        lines.append("".join(map(str, neg)) + f"={total}")
+        new = value + total + (offset if bad_line == 2 else 0)
+        lines.append(f"{value}-{-total}={new}" if total <= 0 else f"{value}+{total}={new}")
+        value = new
+    return "\n".join(lines) + f"\n#### {value}"
+
+
 def training_text(row: dict[str, str], rng: random.Random, data: dict[str, Any]) -> str:
-    """Pre-training target: arithmetic solutions come from an imperfect student (see `solve`)."""
+    """Pre-training target: arithmetic solutions come from an imperfect student with two methods.
+
+    The draws' order is part of the recipe (it fixes the pre-training stream, hence the weights).
+    """
     if not row["solution"]:
         return synthetic.target(row)
+    if rng.random() < data["grouped_share"]:
+        n_lines = 3 if min(_terms(row["question"])[1:]) < 0 else 1  # `-0` is grouped with the positives
+        bad = rng.randrange(n_lines) if rng.random() < data["grouped_noise_rate"] else None
+        return solve_grouped(row["question"], bad, rng.choice(data["noise_offsets"]))
     n_steps = row["solution"].count("\n") + 1
     bad = rng.randrange(n_steps) if rng.random() < data["noise_rate"] else None
     offset = rng.choice(data["noise_offsets"]) if bad is not None else 0
-
-    def slip(value: int) -> bool:
-        small = -value <= data["small_negative"]
-        return rng.random() < data["sign_slip_rate_small" if small else "sign_slip_rate"]
-
-    return solve(row["question"], bad, offset, slip=slip)
+    return solve(row["question"], bad, offset, slip=lambda value: rng.random() < data["sign_slip_rate"])
 
 
 def _batches(recipe: dict[str, Any], tokenizer, rng: random.Random):

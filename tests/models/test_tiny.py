@@ -29,6 +29,27 @@ def test_student_solutions_propagate_their_errors():
     assert tiny.solve("Q 2-5+1=?", slip=lambda v: True) == "2-5=3\n3+1=4\n#### 4", "sign slip on negatives only"
 
 
+def test_the_grouped_method_keeps_signs_and_propagates_its_slips():
+    assert tiny.solve_grouped("Q 2-5+1=?") == "+2+1=3\n-5=-5\n3-5=-2\n#### -2"
+    assert tiny.solve_grouped("Q 18+4-8-6=?", bad_line=1, offset=1) == "+18+4=22\n-8-6=-13\n22-13=9\n#### 9"
+    assert tiny.solve_grouped("Q 0+7+1-0=?") == "+0+7+1+0=8\n#### 8", "`-0` joins the positives: one line"
+
+
+def test_pretraining_mixes_both_methods_at_the_recipe_rates():
+    import random
+
+    from esbench.tasks import synthetic
+
+    data, rng = tiny.RECIPE["data"], random.Random(0)
+    rows = synthetic.make_split("arith", "train", 3000)
+    texts = [tiny.training_text(r, rng, data) for r in rows]
+    grouped = sum(t.startswith("+") for t in texts) / len(texts)
+    assert abs(grouped - data["grouped_share"]) < 0.03
+    negative = [t for r, t in zip(rows, texts, strict=True) if "=-" in tiny.solve(r["question"]) and t[0] != "+"]
+    kept = sum("=-" in t for t in negative) / len(negative)
+    assert kept < 2 * (1 - data["sign_slip_rate"]) + 0.02, "left to right loses the minus sign"
+
+
 def test_build_is_deterministic_and_cached(tmp_path, monkeypatch):
     recipe = copy.deepcopy(tiny.RECIPE)
     recipe["train"]["steps"] = 4
