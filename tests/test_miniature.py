@@ -6,6 +6,9 @@ with margin on this project's machines, through the same statistics `esbench rep
 
 - C1: GRPO's Pass@1 gain over base has a CI above zero, and GRPO's Pass@1 is above ES's.
 - C3: GRPO's held-out token entropy falls below base with a CI below zero; ES's stays inside C3's margin.
+- C2's mechanism: GRPO sharpens onto the tiny model's common solution method, so the share of its samples that use
+  the rare, sign-keeping one (`tiny.solve_grouped`) falls far below base's, while ES keeps most of it. (C2's own
+  statistic needs the demo's 200 problems for a CI that clears its margin; the share is measured on 1600 samples.)
 
 A change that makes the miniature insensitive (GRPO's learning rate near 0, a broken reward, a recipe without headroom)
 fails here. No exact number is asserted: the tiny model's pre-training reduces in a CPU-dependent order, so its
@@ -62,6 +65,20 @@ def test_grpo_collapses_held_out_entropy_and_es_keeps_it(miniature):
     grpo, es = c3["parts"]
     assert grpo["hi"] < 0, claims.statistic_text(c3)
     assert es["verdict"] == claims.SUPPORTED, claims.statistic_text(c3)
+
+
+def test_grpo_loses_the_rare_method_and_es_keeps_it(miniature):
+    cells, _ = miniature
+
+    def grouped_share(method):
+        rows = [json.loads(x) for x in (cells[method][1] / "samples" / "tiny_arith.jsonl").read_text().splitlines()]
+        samples = [s for r in rows for s in r["resps"]]
+        return sum(s.startswith("+") for s in samples) / len(samples)
+
+    base, es, grpo = (grouped_share(m) for m in ("base", "es", "grpo"))
+    assert base > 0.1, base  # the recipe's 20 % shows in the base model's samples
+    assert grpo < base / 3, (base, grpo)
+    assert es > base / 2, (base, es)
 
 
 @pytest.mark.parametrize("method", ["es", "grpo"])
