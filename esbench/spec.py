@@ -143,6 +143,45 @@ class ModelSpec(_Strict):
         None, pattern=_REVISION, description="Hub revision (commit) to pin; ignored for local paths."
     )
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Compute dtype.")
+    recipe: str | None = Field(
+        None,
+        description="Filled in for `builtin:` models, not written by hand: the hash of the recipe the embedded model "
+        "is built from (esbench.models.tiny.recipe_hash). It is part of the cell id, so a run of an earlier tiny "
+        "model is never taken for a run of this one (nor resumed as one); other models record none.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stamp_recipe(cls, data: Any) -> Any:
+        """A suite never writes the recipe; a cell.json from before it is read as the current model, and its id, the
+        hash of what it stores, still differs from a current cell's."""
+        if isinstance(data, dict) and str(data.get("path", "")).startswith("builtin:") and data.get("recipe") is None:
+            from esbench.models import tiny
+
+            return {**data, "recipe": tiny.recipe_hash()}
+        return data
+
+    @model_validator(mode="after")
+    def _current_recipe(self) -> ModelSpec:
+        from esbench.models import tiny
+
+        builtin = self.path.startswith("builtin:")
+        if builtin and self.recipe != tiny.recipe_hash():
+            raise ValueError(
+                f"recipe {self.recipe}: this esbench builds {self.path} from recipe {tiny.recipe_hash()} only "
+                "(a cell of an earlier tiny model; run the current suite instead)"
+            )
+        if not builtin and self.recipe is not None:
+            raise ValueError("recipe belongs to `builtin:` models")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """No `recipe` key where there is none, so hub and local-model cells keep the ids they had before it."""
+        out = handler(self)
+        if out.get("recipe") is None:
+            out.pop("recipe", None)
+        return out
 
 
 class DatasetSpec(_Strict):

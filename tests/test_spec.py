@@ -84,6 +84,26 @@ def test_cell_ids_are_pinned_across_machines(tmp_path):
     assert cell.id == hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def test_a_tiny_cell_id_names_the_model_recipe(tmp_path, monkeypatch):
+    """`builtin:tiny` is built from code, so its cells are stamped with the recipe's hash: a new tiny model gives
+    new ids (an old run is neither taken for it nor resumed as it), and a cell of another recipe is refused."""
+    from esbench.models import tiny
+    from esbench.spec import ModelSpec, validate_cell
+
+    suite = write(tmp_path, VALID)
+    cells = load_suite(suite).cells()
+    assert all(c.spec["model"]["recipe"] == tiny.recipe_hash() for c in cells)
+    stale = {**cells[0].spec, "model": {**cells[0].spec["model"], "recipe": "0" * 16}}
+    with pytest.raises(ValueError, match="builds builtin:tiny from recipe"):
+        validate_cell({**cells[0].to_json(), "spec": stale}, "cell.json")
+    with pytest.raises(ValueError, match="belongs to `builtin:` models"):
+        ModelSpec(path="Qwen/Qwen2.5-1.5B-Instruct", recipe="0" * 16)
+    assert "recipe" not in ModelSpec(path="Qwen/Qwen2.5-1.5B-Instruct").model_dump(), "hub cells keep their ids"
+    recipe = {**tiny.RECIPE, "data": {**tiny.RECIPE["data"], "grouped_share": 0.1}}
+    monkeypatch.setattr(tiny, "RECIPE", recipe)
+    assert {c.id for c in load_suite(suite).cells()}.isdisjoint(c.id for c in cells)
+
+
 # (description, suite text, expected line, expected field path, expected message fragment)
 BAD = [
     ("yaml syntax", VALID.replace("  n: 8", "  n: [8"), 17, "", "YAML syntax error"),

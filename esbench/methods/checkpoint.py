@@ -73,7 +73,7 @@ def model_to_load(method: dict[str, Any], cell_model: dict[str, Any]) -> dict[st
     if kind == "sequence" and config["stages"] and config["stages"][0]["kind"] == "checkpoint":
         kind, config = "checkpoint", config["stages"][0]["config"]
     if kind != "checkpoint":
-        return dict(cell_model)
+        return {k: v for k, v in cell_model.items() if k != "recipe"}  # the recipe is an id stamp, not an argument
     out = {"path": config["path"], "revision": config.get("revision"), "dtype": config.get("dtype")}
     out["dtype"] = out["dtype"] or cell_model.get("dtype", "float32")
     if config.get("subfolder"):
