@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 RECORD_SCHEMA = "esbench.record/1"
 # The leaderboard release a record is comparable under (esbench.leaderboard.release freezes it in releases/).
-RELEASE = "v1.7"
+RELEASE = "v1.8"
 
 
 class BudgetUsed(BaseModel):
