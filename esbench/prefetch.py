@@ -46,7 +46,7 @@ def is_hub_model(path: str) -> bool:
 
 def artefacts(cells) -> list[Artefact]:
     """Every hub model and dataset the cells load, in first-use order, each once (splits merged)."""
-    from esbench.methods.checkpoint import model_to_load
+    from esbench.methods import model_to_load
     from esbench.tasks import get_task, hub
 
     models: dict[tuple, Artefact] = {}

@@ -177,8 +177,7 @@ def _run_cell(cell: Cell, cd: CellDir, stage: Callable[[str], None]) -> dict[str
     )
     from esbench.backends import build_backend
     from esbench.evaluation import evaluate
-    from esbench.methods import TrainContext, TrainResult, registry
-    from esbench.methods.checkpoint import model_to_load
+    from esbench.methods import TrainContext, TrainResult, model_to_load, registry
     from esbench.models import load_model
     from esbench.rewards import Reward
     from esbench.tasks import get_task

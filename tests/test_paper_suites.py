@@ -421,7 +421,7 @@ def test_validate_and_plan_work_offline(name, monkeypatch, capsys, tmp_path):
 
 
 def test_hard_sequences_start_from_the_checkpoint_and_train_grpo_with_table_14():
-    from esbench.methods.checkpoint import model_to_load
+    from esbench.methods import model_to_load
 
     suite = load_suite(REPO / "suites" / "paper-hard.yaml")
     cells = {c.labels["method"]: c for c in suite.cells()}

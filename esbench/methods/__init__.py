@@ -102,6 +102,15 @@ class Method:
         raise NotImplementedError
 
     @classmethod
+    def weights_to_load(cls, config: dict[str, Any], dtype: str) -> dict[str, Any]:
+        """`load_model` arguments for a `loads_weights` method: by default its config's `path` and the optional
+        `revision`, `subfolder` and `dtype` (else the cell model's). Override for another config layout."""
+        out = {"path": config["path"], "revision": config.get("revision"), "dtype": config.get("dtype") or dtype}
+        if config.get("subfolder"):
+            out["subfolder"] = config["subfolder"]
+        return out
+
+    @classmethod
     def prompts_per_update(cls, config: BaseModel) -> int | None:
         """Prompts one update consumes, or None if the method has no such unit (epoch budgets are then refused)."""
         return None
@@ -136,3 +145,16 @@ class _Registry:
 
 
 registry = _Registry()
+
+
+def model_to_load(method: dict[str, Any], cell_model: dict[str, Any]) -> dict[str, Any]:
+    """`load_model` arguments for a cell: its model, or the weights its method (or a sequence's first stage) loads.
+
+    Decided by the registered class's `loads_weights`, so a plug-in that loads weights is evaluated on them too."""
+    kind, config = method["kind"], method["config"]
+    if kind == "sequence" and config["stages"]:
+        kind, config = config["stages"][0]["kind"], config["stages"][0]["config"]
+    cls = registry.get(kind)
+    if cls.loads_weights:
+        return cls.weights_to_load(config, cell_model.get("dtype", "float32"))
+    return {k: v for k, v in cell_model.items() if k != "recipe"}  # the recipe is an id stamp, not an argument

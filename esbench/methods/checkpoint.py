@@ -18,7 +18,7 @@ SofT-GRPO against DeepSeek-R1-Distill-Qwen-1.5B). Without `base` a checkpoint ce
 from __future__ import annotations
 
 import os
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -65,17 +65,3 @@ class Checkpoint(Method):
 
     def train(self, train_data, reward, budget, config, ctx):
         return TrainResult()
-
-
-def model_to_load(method: dict[str, Any], cell_model: dict[str, Any]) -> dict[str, Any]:
-    """`load_model` arguments for a cell: its model, or the checkpoint its method (or first stage) names."""
-    kind, config = method["kind"], method["config"]
-    if kind == "sequence" and config["stages"] and config["stages"][0]["kind"] == "checkpoint":
-        kind, config = "checkpoint", config["stages"][0]["config"]
-    if kind != "checkpoint":
-        return {k: v for k, v in cell_model.items() if k != "recipe"}  # the recipe is an id stamp, not an argument
-    out = {"path": config["path"], "revision": config.get("revision"), "dtype": config.get("dtype")}
-    out["dtype"] = out["dtype"] or cell_model.get("dtype", "float32")
-    if config.get("subfolder"):
-        out["subfolder"] = config["subfolder"]
-    return out

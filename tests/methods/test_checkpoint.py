@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from esbench.methods import TrainContext, registry
-from esbench.methods.checkpoint import Checkpoint, model_to_load
+from esbench.methods import TrainContext, model_to_load, registry
+from esbench.methods.checkpoint import Checkpoint
 from esbench.methods.grpo import GRPOSettings
 from esbench.methods.sequence import SequenceConfig
 from esbench.spec import SuiteError, load_suite

@@ -37,6 +37,25 @@ class Jitter(Method):
             row = train_data[step % len(train_data)]
             ctx.log({"update": step, "reward_mean": reward("#### " + row["answer"], row["answer"])})
         return TrainResult(updates=budget)
+
+
+class ReleasedConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    weights: str
+
+
+class Released(Method):
+    """Evaluates weights someone released, named in its own config layout (`weights:`, not `path:`)."""
+    trains = False
+    loads_weights = True
+    Config = ReleasedConfig
+
+    @classmethod
+    def weights_to_load(cls, config, dtype):
+        return {"path": config["weights"], "dtype": dtype}
+
+    def train(self, train_data, reward, budget, config, ctx):
+        return TrainResult()
 '''
 
 
@@ -49,7 +68,8 @@ def plugin_path(tmp_path):
     info = root / "jitter_plugin-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: jitter-plugin\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[esbench.methods]\njitter = jitter_plugin:Jitter\n")
+    entries = "jitter = jitter_plugin:Jitter\nreleased = jitter_plugin:Released\n"
+    (info / "entry_points.txt").write_text("[esbench.methods]\n" + entries)
     return root
 
 
@@ -103,3 +123,38 @@ def test_third_party_method_registers_and_runs(tmp_path, plugin_path, tiny_model
     bad = subprocess.run([sys.executable, "-m", "esbench.cli", "validate", str(suite)], capture_output=True, text=True)
     assert bad.returncode == 2
     assert f"{suite}:6: methods.jitter.method: unknown method 'jitter'" in bad.stderr
+
+
+def test_a_plugin_that_loads_weights_is_evaluated_on_them(tmp_path, plugin_path, tiny_model_dir):
+    """`loads_weights` is the registered class's declaration, not a method name: the runner loads what the
+    plug-in's `weights_to_load` names, and the record's model provenance is those weights."""
+    import torch
+
+    from esbench.models import load_model, weights_hash
+
+    other = tmp_path / "released"
+    loaded = load_model(str(tiny_model_dir))
+    with torch.no_grad():
+        loaded.model.model.norm.weight.mul_(0.5)  # other weights, same architecture
+    loaded.model.save_pretrained(other)
+    loaded.tokenizer.save_pretrained(other)
+    suite = tmp_path / "released.yaml"
+    suite.write_text(
+        "name: released\nmodels: {tiny: {path: builtin:tiny}}\n"
+        f"methods:\n  released: {{weights: {other}}}\nseeds: [0]\n"
+        "eval: {tasks: [tiny_arith], limit: 4, n: 2, k: [1, 2], temperature: 1.0, max_new_tokens: 40}\n"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{plugin_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    out = tmp_path / "runs"
+    proc = subprocess.run(
+        [sys.executable, "-m", "esbench.cli", "run", str(suite), "--out", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (cell,) = (out / "released").glob("*/record.json")
+    model = json.loads(cell.read_text())["provenance"]["model"]
+    assert model["path"] == str(other)
+    assert model["weights_sha256"] == weights_hash(str(other)) != weights_hash(str(tiny_model_dir))
