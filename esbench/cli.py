@@ -1,4 +1,6 @@
-"""The `esbench` command line (contract in DESIGN.md): validate, plan, run, report, env, and the leaderboard.
+"""The `esbench` command line: validate, plan, run, report, env, and the leaderboard.
+
+The contract: README's command table and docs/architecture.md.
 
 Heavy libraries (torch, transformers, lm-eval) are imported only by the commands that need them, so
 `esbench validate` answers in about a second.

@@ -115,7 +115,7 @@ def cell_dir(out_root: Path, suite: str, cell_id: str) -> Path:
 
 
 class CellDir:
-    """The files of one cell folder (DESIGN.md's record contract). Nothing else names them."""
+    """The files of one cell folder (docs/architecture.md, "A cell folder"). Nothing else names them."""
 
     def __init__(self, path: Path):
         self.path = Path(path)

@@ -1,4 +1,6 @@
-"""Command-line entry points: `esbench submit`, `esbench leaderboard verify|reproduce|build|release` (DESIGN.md).
+"""Command-line entry points: `esbench submit`, `esbench leaderboard verify|reproduce|build|release`.
+
+The contract: docs/leaderboard.md.
 
 Exit codes: 0 accepted / built; 1 rejected (every reason listed); 2 bad input (no such folder, unknown release).
 """

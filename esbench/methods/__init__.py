@@ -4,7 +4,7 @@ A method is a class registered under the entry-point group `esbench.methods` (th
 same way, in pyproject.toml). The registry maps names to `module:attr` strings and imports a recipe only when a
 suite uses it, so `esbench validate` stays fast.
 
-Contract (DESIGN.md, docs/architecture.md): `train(train_data, reward, budget, config, ctx)` works on the cell's
+Contract (docs/architecture.md, "Method"): `train(train_data, reward, budget, config, ctx)` works on the cell's
 model through `ctx.backend` (generation, weight edits, device) and returns a `TrainResult`: what it spent and its
 summary; the trained weights are the backend's. `trains = False` methods (like `base`) are evaluated as they are
 and ignore datasets and budgets. The typed surface for plug-ins is re-exported by `esbench.api`.
