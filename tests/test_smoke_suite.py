@@ -29,7 +29,7 @@ SCALE = {
     "eval": {"limit", "n", "k", "max_new_tokens"},
 }  # fmt: skip
 SUBSTITUTED = {
-    "model": {"path", "revision"},
+    "model": {"path", "revision", "recipe"},  # `recipe`: the tiny model's id stamp
     "dataset": {"task", "size", "reward", "reward_version"},
     "eval": {"tasks", "held_out"},
 }

@@ -22,6 +22,14 @@ def suite_cells(tmp_path: Path, budget: int = 2, es_extra: str = ""):
     return suite.name, suite.cells()
 
 
+def on_model(cell, path):
+    """The cell with its model swapped for the folder at `path` (no tiny recipe stamp: that is for `builtin:`)."""
+    from esbench.spec import Cell
+
+    model = {k: v for k, v in cell.spec["model"].items() if k != "recipe"}
+    return Cell({**cell.spec, "model": {**model, "path": str(path)}}, cell.labels)
+
+
 def run_with(executor: str, cells, out: Path, suite: str, **kw):
     from esbench.executors import get_executor
     from esbench.records import cell_dir

@@ -3,7 +3,7 @@ for bit (each cell's backend fixes its own CPU threads); a failing cell is repor
 
 from __future__ import annotations
 
-from executor_helpers import assert_same_cell, run_with, suite_cells
+from executor_helpers import assert_same_cell, on_model, run_with, suite_cells
 
 
 def test_two_jobs_reproduce_the_in_process_run(tmp_path, tiny_model_dir):
@@ -36,13 +36,12 @@ def test_a_failing_cell_in_a_subprocess_is_reported_with_its_traceback(tmp_path,
 
     run_cells = get_executor("local")
     from esbench.records import CellDir, cell_dir
-    from esbench.spec import Cell
 
     suite, cells = suite_cells(tmp_path)
     base = next(c for c in cells if c.spec["method"]["kind"] == "base")
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "config.json").write_text("{}")  # passes validation, fails to load in the child
-    broken = Cell({**base.spec, "model": {**base.spec["model"], "path": str(tmp_path / "broken")}}, base.labels)
+    broken = on_model(base, tmp_path / "broken")
     console = Console(file=io.StringIO(), width=120)
     failed = run_cells([broken, base], lambda c: cell_dir(tmp_path / "o", suite, c.id), console, jobs=2)
     assert [c.id for c, _ in failed] == [broken.id]

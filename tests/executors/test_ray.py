@@ -8,7 +8,7 @@ import json
 import signal
 import threading
 
-from executor_helpers import assert_same_cell, run_with, signal_after_first_checkpoint, suite_cells
+from executor_helpers import assert_same_cell, on_model, run_with, signal_after_first_checkpoint, suite_cells
 
 
 def test_ray_cells_reproduce_the_local_executor(tmp_path, tiny_model_dir, ray_env):
@@ -35,7 +35,7 @@ def test_ray_reports_failed_and_unschedulable_cells(tmp_path, tiny_model_dir, ra
 
     suite, cells = suite_cells(tmp_path)
     (base,) = [c for c in cells if c.labels["method"] == "base"]
-    broken = Cell({**base.spec, "model": {**base.spec["model"], "path": str(tmp_path / "no-such-model")}}, base.labels)
+    broken = on_model(base, tmp_path / "no-such-model")
     greedy = Cell({**base.spec, "backend": {**base.spec["backend"], "cpu_threads": 4096}}, base.labels)
     failed, shown = run_with("ray", [broken, greedy], tmp_path / "ray", suite)
     assert [c.id for c, _ in failed] == [broken.id, greedy.id]

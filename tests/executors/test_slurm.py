@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from executor_helpers import assert_same_cell, run_with, signal_after_first_checkpoint, suite_cells
+from executor_helpers import assert_same_cell, on_model, run_with, signal_after_first_checkpoint, suite_cells
 
 SETTINGS = (
     "ESBENCH_SLURM_PARTITION",
@@ -85,11 +85,10 @@ def test_checkpoint_requeues_the_same_call():
 
 def test_failed_task_is_reported_with_its_traceback(tmp_path, tiny_model_dir, local_submitit):
     from esbench.records import cell_dir
-    from esbench.spec import Cell
 
     suite, cells = suite_cells(tmp_path)
     (base,) = [c for c in cells if c.labels["method"] == "base"]
-    broken = Cell({**base.spec, "model": {**base.spec["model"], "path": str(tmp_path / "no-such-model")}}, base.labels)
+    broken = on_model(base, tmp_path / "no-such-model")
     failed, shown = run_with("slurm", [broken], tmp_path / "slurm", suite)
     assert [c.id for c, _ in failed] == [broken.id]
     # refused by run-cell's validation of cell.json, before anything loads
@@ -206,7 +205,7 @@ def test_memory_grows_with_local_weights_and_simulated_engines(tmp_path, monkeyp
         (folder / "config.json").write_text("{}")
         with open(folder / "model.safetensors", "wb") as f:
             f.truncate(size)  # sparse: the size is what counts
-        return Cell({**es.spec, "model": {**es.spec["model"], "path": str(folder)}}, es.labels)
+        return on_model(es, folder)
 
     assert parameters([local_model("7b", 15_200_000_000)])["mem_gb"] == 184
     assert parameters([local_model("1.5b", 3_100_000_000)])["mem_gb"] == 64
