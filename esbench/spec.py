@@ -22,7 +22,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     AfterValidator,
@@ -137,7 +137,23 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
-class ModelSpec(_Strict):
+class _Stamped(_Strict):
+    """A spec with stamped fields (filled in by esbench, never written by hand), left out of its dump when unset so
+    the cells that have none keep the ids they had before the stamp existed."""
+
+    _omitted_if_none: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out = handler(self)
+        for key in self._omitted_if_none:
+            if out.get(key) is None:
+                out.pop(key, None)
+        return out
+
+
+class ModelSpec(_Stamped):
+    _omitted_if_none = ("recipe",)  # hub and local-model cells
     path: ModelPath = Field(description="`builtin:tiny`, a Hugging Face id (`org/name`), or a local directory.")
     revision: str | None = Field(
         None, pattern=_REVISION, description="Hub revision (commit) to pin; ignored for local paths."
@@ -175,16 +191,9 @@ class ModelSpec(_Strict):
             raise ValueError("recipe belongs to `builtin:` models")
         return self
 
-    @model_serializer(mode="wrap")
-    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """No `recipe` key where there is none, so hub and local-model cells keep the ids they had before it."""
-        out = handler(self)
-        if out.get("recipe") is None:
-            out.pop("recipe", None)
-        return out
 
-
-class DatasetSpec(_Strict):
+class DatasetSpec(_Stamped):
+    _omitted_if_none = ("reward_version",)  # `verifier` cells
     task: str = Field(description="A registered task whose `train` split is the training data.")
     size: int | None = Field(
         None, gt=0, le=MAX_ROWS, description="Number of training problems; default: the whole split."
@@ -235,14 +244,6 @@ class DatasetSpec(_Strict):
         if self.reward != "paper" and self.reward_version is not None:
             raise ValueError("reward_version belongs to `reward: paper`")
         return self
-
-    @model_serializer(mode="wrap")
-    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """No `reward_version` key where there is none, so `verifier` cells keep the ids they had before it."""
-        out = handler(self)
-        if out.get("reward_version") is None:
-            out.pop("reward_version", None)
-        return out
 
 
 def _registered(name: str | None) -> str | None:

@@ -73,6 +73,14 @@ def plugin_path(tmp_path):
     return root
 
 
+def _run_with_plugin(suite, out, plugin_path):
+    """`esbench run SUITE` in a child process that finds the plug-in's distribution on its path."""
+    env = {**os.environ, "PYTHONPATH": f"{plugin_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    cmd = [sys.executable, "-m", "esbench.cli", "run", str(suite), "--out", str(out)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def test_builtin_base_is_registered_through_entry_points():
     assert "base" in registry.names()
     cls = registry.get("base")
@@ -101,16 +109,8 @@ def test_third_party_method_registers_and_runs(tmp_path, plugin_path, tiny_model
             """
         )
     )
-    env = {**os.environ, "PYTHONPATH": f"{plugin_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     out = tmp_path / "runs"
-    proc = subprocess.run(
-        [sys.executable, "-m", "esbench.cli", "run", str(suite), "--out", str(out)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _run_with_plugin(suite, out, plugin_path)
     (cell,) = (out / "plugin").glob("*/record.json")
     record = json.loads(cell.read_text())
     assert record["cell"]["spec"]["method"] == {"kind": "jitter", "config": {"scale": 0.0005}}
@@ -144,16 +144,8 @@ def test_a_plugin_that_loads_weights_is_evaluated_on_them(tmp_path, plugin_path,
         f"methods:\n  released: {{weights: {other}}}\nseeds: [0]\n"
         "eval: {tasks: [tiny_arith], limit: 4, n: 2, k: [1, 2], temperature: 1.0, max_new_tokens: 40}\n"
     )
-    env = {**os.environ, "PYTHONPATH": f"{plugin_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     out = tmp_path / "runs"
-    proc = subprocess.run(
-        [sys.executable, "-m", "esbench.cli", "run", str(suite), "--out", str(out)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _run_with_plugin(suite, out, plugin_path)
     (cell,) = (out / "released").glob("*/record.json")
     model = json.loads(cell.read_text())["provenance"]["model"]
     assert model["path"] == str(other)
