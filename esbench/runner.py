@@ -191,7 +191,7 @@ def _run_cell(cell: Cell, cd: CellDir, stage: Callable[[str], None]) -> dict[str
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
 
-    # a `checkpoint` method (or first stage) names other weights than the cell's model
+    # a `loads_weights` method (or first stage), e.g. `checkpoint`, names other weights than the cell's model
     loaded = load_model(**model_to_load(cell.spec["method"], cell.spec["model"]))
     # a checkpoint's drift against its `base`, on the HF weights as loaded (before a backend renames or fuses them)
     base_drift = checkpoint_drift(cell.spec["method"], spec.model.dtype, loaded.model)
