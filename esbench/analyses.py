@@ -20,8 +20,9 @@ from esbench.metrics.entropy import Probe
 from esbench.tasks import get_task
 
 if TYPE_CHECKING:
+    from esbench.backends import Backend
     from esbench.methods import TrainResult
-    from esbench.spec import EvalSpec
+    from esbench.spec_schema import EvalSpec
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,9 @@ def build_probe(ev: EvalSpec, seed: int, tokenizer=None) -> tuple[Probe | None, 
     return probe, spec.every
 
 
-def parameter_drift(backend, start: dict[str, torch.Tensor], result: TrainResult, dtype: str) -> dict[str, Any]:
+def parameter_drift(
+    backend: Backend, start: dict[str, torch.Tensor], result: TrainResult, dtype: str
+) -> dict[str, Any]:
     """Table 4's drift of a trained cell: of the weights a user would save (the backend's, cast to the suite's
     `dtype`) against θ₀ as loaded, and beside it (`master`) that of the fp32 master, where one exists.
 
@@ -105,11 +108,12 @@ def _subset(weights: dict[str, torch.Tensor] | None, like: dict[str, torch.Tenso
 
 
 @torch.no_grad()
-def population_diversity(backend, ev: EvalSpec, seed: int) -> dict[str, Any]:
+def population_diversity(backend: Backend, ev: EvalSpec, seed: int) -> dict[str, Any]:
     """JS_succ / JS_ans over N members θ + σεᵢ around the current weights, m samples per member and prompt."""
     from esbench.es.weights import member_seed
 
     spec = ev.diversity
+    assert spec is not None, "population_diversity runs only for a suite with eval.diversity"
     task = get_task(spec.task or ev.tasks[0])
     rows = task.rows("test", spec.prompts)
     prompts = [task.prompt(r, backend.tokenizer) for r in rows]
@@ -145,6 +149,7 @@ def functional_sparsity(
     from esbench.evaluation import evaluate
 
     spec = ev.sparsity
+    assert spec is not None, "sparsity runs only for a suite with eval.sparsity"
     task = spec.task or ev.tasks[0]
     n = spec.n or ev.n
     end = {k: v.clone() for k, v in backend.parameters().items()}

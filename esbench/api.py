@@ -9,7 +9,7 @@ row per update with `ctx.log` and returns a `TrainResult`. CONTRIBUTING.md has t
 """
 
 from esbench.backends import Backend, Generation
-from esbench.es.weights import Precision, WeightEditor, member_seed, noise
+from esbench.es.weights import Precision, TensorEditor, WeightEditor, member_seed, noise
 from esbench.methods import Method, TrainContext, TrainResult, registry
 from esbench.rewards import Reward
 
@@ -20,6 +20,7 @@ __all__ = [
     "Precision",
     "Reward",
     "TrainContext",
+    "TensorEditor",
     "TrainResult",
     "WeightEditor",
     "member_seed",

@@ -26,7 +26,8 @@ from esbench.tasks import LM_EVAL_DIR, get_task
 from esbench.tasks.configs.utils import flatten
 
 if TYPE_CHECKING:
-    from esbench.spec import EvalSpec
+    from esbench.backends import Backend
+    from esbench.spec_schema import EvalSpec
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +144,7 @@ def answer_entropy(rows: list[dict[str, Any]]) -> float:
     return sum(cluster_entropy(r["answers"]) for r in rows) / len(rows)
 
 
-def eval_entropy(backend, task_name: str, rows: list[dict[str, Any]]) -> dict[str, float]:
+def eval_entropy(backend: Backend, task_name: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Token entropy of a task's sampled eval responses (the rows of samples/<task>.jsonl)."""
     task = get_task(task_name)
     prompts, responses = [], []
@@ -169,7 +170,7 @@ def entropy_per_problem(rows: list[dict[str, Any]], per_response: list[list[floa
 
 
 def evaluate(
-    backend,
+    backend: Backend,
     ev: EvalSpec,
     seed: int,
     out_dir: Path,

@@ -357,7 +357,7 @@ def test_paper_stages_compute_in_the_papers_dtype(paper, tmp_path):
     fp32 master under autocast in the suite's dtype (verl's mixed precision) and probes a copy at that dtype
     (tests/methods/test_stage_dtypes.py runs both sequences and checks every stage's and probe's dtype)."""
     from esbench.es import BF16_MODES
-    from esbench.methods.grpo import GRPOSettings, grpo_config
+    from esbench.methods.grpo_trl import GRPOSettings, grpo_config
 
     for name in PAPER_SUITES + EXPERIMENT_SUITES:
         suite = load_suite(REPO / "suites" / f"{name}.yaml")

@@ -12,22 +12,25 @@ hands to the method (`TrainContext.backend`), the evaluation and the analyses. T
 - token scoring (entropy), the ES weight editor, parameters, the state hash and saving;
 - an lm-eval `LM` adapter, so `simple_evaluate` samples through the same sampler as training.
 
-A backend kind is chosen by the suite's `backend.kind` and is part of each cell's id. Kinds are a lazy
-`"module:attr"` map, like lm-eval's registries, so importing this package imports no torch.
+A backend kind is chosen by the suite's `backend.kind` and is part of each cell's id. Kinds are the entry points of
+the group `esbench.backends` (`esbench.registry`; the built-ins `hf` and `vllm` are registered in pyproject.toml),
+loaded only when a cell uses one, so importing this package imports no torch. A new backend is one module that
+implements `Backend` (and its `WeightEditor`) plus one entry point: docs/architecture.md, "Adding a backend".
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from esbench.registry import EntryPointRegistry
 
 if TYPE_CHECKING:
     import torch
@@ -36,7 +39,7 @@ if TYPE_CHECKING:
 
 # The decoding contract every backend implements, named so a record can say which one produced it. Changing what a
 # backend does for these settings means a new name (and a new leaderboard release).
-NEUTRAL_SAMPLER = "neutral/1"
+NEUTRAL_SAMPLER: Final = "neutral/1"
 SAMPLER_SETTINGS: dict[str, Any] = {
     "top_k": None,  # off
     "repetition_penalty": 1.0,
@@ -45,7 +48,7 @@ SAMPLER_SETTINGS: dict[str, Any] = {
     "generation_config_json": "eos_token_id only",  # its sampling defaults are ignored
 }
 
-KINDS: dict[str, str] = {"hf": "esbench.backends.hf:HFBackend", "vllm": "esbench.backends.vllm:VLLMBackend"}
+GROUP = "esbench.backends"
 DevicePolicy = Literal["auto", "cpu", "cuda"]
 
 
@@ -57,14 +60,61 @@ class Generation:
 
 @runtime_checkable
 class Backend(Protocol):
-    """What methods, evaluation and analyses may ask of a model. See the module docstring."""
+    """What methods, evaluation and analyses may ask of a model: every member any of them uses is declared here, so
+    the type checker (`make test`) holds each backend and each caller to it. See the module docstring."""
 
-    kind: str
-    tokenizer: Any
-    stop_token_ids: list[int]  # `stop_token_ids(model, tokenizer)`, computed once when the backend is built
+    kind: str  # the entry-point name, as in the suite's `backend.kind`
+    tokenizer: Any  # a transformers tokenizer (the paper's chat template is applied with it)
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        device: DevicePolicy = "auto",
+        cpu_threads: int | None = None,
+        **options: Any,
+    ) -> None:
+        """How `build_backend` constructs every kind: the loaded transformers model, its tokenizer, the device policy,
+        the CPU threads of a CPU cell, and kind-specific options (vLLM's `max_model_len`)."""
+        ...
 
     @property
-    def device(self) -> torch.device: ...
+    def stop_token_ids(self) -> list[int]:
+        """`stop_token_ids(model, tokenizer)`, computed once when the backend is built (before any swap)."""
+        ...
+
+    @property
+    def device(self) -> torch.device:
+        """Where generation computes (a vLLM engine's device, not the host its HF copy rests on)."""
+        ...
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The weights' dtype as generation sees it (after `cast`; a released vLLM engine's: the one it restarts at)."""
+        ...
+
+    @property
+    def model(self) -> Any:
+        """The in-memory transformers model that training edits in place (GRPO through TRL or FSDP): an HF backend's
+        own; a vLLM backend's HF copy, on the compute device, pushed into the engine before the engine's next use."""
+        ...
+
+    def engine_released(self) -> AbstractContextManager[Path | None]:
+        """For the block, any inference engine this backend holds is shut down, so that another (TRL's colocated vLLM)
+        can have its memory; yields a folder holding the current weights for that engine, or None when the backend
+        holds no engine (HF). On exit the engine comes back with whatever was trained into `model` meanwhile."""
+        ...
+
+    def neutral_decoding(self) -> AbstractContextManager[None]:
+        """For the block, `model.generation_config` is empty: a caller generating on `model` itself (TRL's HF
+        rollouts) falls to transformers' defaults, never to the model folder's sampling settings."""
+        ...
+
+    def at_dtype(self, dtype: torch.dtype) -> Backend:
+        """A new HF backend on a fresh `dtype` model holding these weights cast once (what saving the cell at `dtype`
+        would hold), generating and scoring as this one does: the probe's view of GRPO's fp32 master."""
+        ...
 
     def generate(
         self,
@@ -80,8 +130,9 @@ class Backend(Protocol):
         """`n` completions per prompt; greedy when temperature is 0. Text is cut before the first `stop` string."""
         ...
 
-    def token_entropy(self, prompts: Sequence[str], responses: Sequence[str]) -> dict[str, float]:
-        """Mean next-token entropy (nats) over the response tokens, teacher-forced: {"entropy", "tokens"}."""
+    def token_entropy(self, prompts: Sequence[str], responses: Sequence[str]) -> dict[str, Any]:
+        """Mean next-token entropy (nats) over the response tokens, teacher-forced: {"entropy", "tokens",
+        "per_response"} (each response's [entropy sum, tokens])."""
         ...
 
     def token_logprobs(self, prompts: Sequence[str], responses: Sequence[str]) -> list[list[float]]:
@@ -93,7 +144,8 @@ class Backend(Protocol):
         ...
 
     def parameters(self) -> dict[str, torch.Tensor]:
-        """The trainable tensors by name, de-duplicated (tied weights once), live: edits show in generation."""
+        """The trainable tensors by name, de-duplicated (tied weights once). An HF backend's are live (edits show in
+        generation); a vLLM backend's are a copy of its engine's: write them back with `load_parameters`."""
         ...
 
     def load_parameters(self, state: Mapping[str, torch.Tensor]) -> None:
@@ -104,9 +156,13 @@ class Backend(Protocol):
         """Use `state` for the block, then put the current weights back exactly."""
         ...
 
-    def cast(self, dtype: torch.dtype) -> None: ...
+    def cast(self, dtype: torch.dtype) -> None:
+        """Cast the weights in place, each tensor rounded to nearest once (a vLLM engine restarts at `dtype`)."""
+        ...
 
-    def state_hash(self) -> str: ...
+    def state_hash(self) -> str:
+        """`esbench.models.state_hash` of the weights: the record's `final_weights_sha256`."""
+        ...
 
     def checksum(self) -> str:
         """A cheap fingerprint of the weights under HF names; equal weights give equal checksums on any backend."""
@@ -120,7 +176,16 @@ class Backend(Protocol):
         """An `lm_eval.api.model.LM` that generates through this backend."""
         ...
 
-    def provenance(self) -> dict[str, Any]: ...
+    def provenance(self) -> dict[str, Any]:
+        """The record's `provenance.backend`: kind, device policy and device, dtype, CPU threads, sampler, stop set."""
+        ...
+
+
+def _a_backend_class(cls: object) -> str | None:
+    return None if isinstance(cls, type) else "a class (one that implements esbench.backends.Backend)"
+
+
+registry: EntryPointRegistry[Backend] = EntryPointRegistry(GROUP, "backend", _a_backend_class)
 
 
 class BackendSpec(BaseModel):
@@ -128,7 +193,7 @@ class BackendSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    kind: str = Field("hf", description=f"Generation backend: {', '.join(sorted(KINDS))}.")
+    kind: str = Field("hf", description=f"Generation backend: {', '.join(registry.names())}.")
     device: DevicePolicy = Field("auto", description="auto (CUDA when present, else CPU), cpu or cuda.")
     sampler: Literal["neutral/1"] = Field(NEUTRAL_SAMPLER, description="The decoding contract (module docstring).")
     cpu_threads: int = Field(
@@ -141,8 +206,8 @@ class BackendSpec(BaseModel):
     @field_validator("kind")
     @classmethod
     def _known(cls, v: str) -> str:
-        if v not in KINDS:
-            raise ValueError(f"unknown backend {v!r}; known: {', '.join(sorted(KINDS))}")
+        if v not in registry.entries():
+            raise ValueError(f"unknown backend {v!r}; known: {', '.join(registry.names())}")
         return v
 
 
@@ -199,13 +264,6 @@ def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
     return sorted(ids)
 
 
-def backend_class(kind: str) -> type:
-    if kind not in KINDS:
-        raise KeyError(f"unknown backend {kind!r}; known: {', '.join(sorted(KINDS))}")
-    module, attr = KINDS[kind].split(":")
-    return getattr(importlib.import_module(module), attr)
-
-
 SEQUENCE_MARGIN = 32  # tokens: lm-eval and TRL build chat prompts themselves and may add a few special tokens
 
 
@@ -221,7 +279,7 @@ def engine_context(longest_prompt: int, max_new_tokens: int, model_config: Any) 
 
 def build_backend(spec: BackendSpec, model: Any, tokenizer: Any, **options: Any) -> Backend:
     """The cell's one backend over a loaded model (the runner calls this once per cell)."""
-    return backend_class(spec.kind)(model, tokenizer, device=spec.device, cpu_threads=spec.cpu_threads, **options)
+    return registry.get(spec.kind)(model, tokenizer, device=spec.device, cpu_threads=spec.cpu_threads, **options)
 
 
 def chunks(seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:

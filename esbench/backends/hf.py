@@ -25,14 +25,15 @@ from esbench.backends import (
     resolve_device,
     stop_token_ids,
 )
-from esbench.es.weights import Precision, WeightEditor
+from esbench.es.weights import Precision, TensorEditor, WeightEditor
 
 
 def cut_at_stop(text: str, stop: Sequence[str]) -> str:
     """The text before the first occurrence of any stop string: lm-eval's own `until` post-processing."""
     from lm_eval.models.utils import postprocess_generated_text
 
-    return postprocess_generated_text(text, list(stop), None)
+    cut: str = postprocess_generated_text(text, list(stop), None)
+    return cut
 
 
 def _pack(lengths: Sequence[int], token_budget: int, max_seqs: int | None = None) -> list[list[int]]:
@@ -64,8 +65,8 @@ class HFBackend:
 
     def __init__(
         self,
-        model,
-        tokenizer,
+        model: Any,
+        tokenizer: Any,
         *,
         device: DevicePolicy = "auto",
         cpu_threads: int | None = None,
@@ -86,16 +87,18 @@ class HFBackend:
 
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        first: torch.nn.Parameter = next(self.model.parameters())
+        return first.device
 
     @property
     def dtype(self) -> torch.dtype:
-        return next(self.model.parameters()).dtype
+        first: torch.nn.Parameter = next(self.model.parameters())
+        return first.dtype
 
     # ---------------------------------------------------------------------------------------------------------
     # decoding
 
-    def generation_config(self, temperature: float, top_p: float, max_new_tokens: int, n: int):
+    def generation_config(self, temperature: float, top_p: float, max_new_tokens: int, n: int) -> Any:
         """The full decoding config of one call; every distribution-changing setting is explicit."""
         from transformers import GenerationConfig
 
@@ -208,7 +211,9 @@ class HFBackend:
         {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM"}
     )
 
-    def _body_and_head(self, ids: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor):
+    def _body_and_head(
+        self, ids: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor
+    ) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor], int]:
         """(features of positions (rows, cols) of a padded batch, the head that turns a few of them into logits,
         the vocabulary size).
 
@@ -271,7 +276,9 @@ class HFBackend:
                 width = len(seqs[chunk[0]])
                 ids = torch.full((len(chunk), width), pad, dtype=torch.long)
                 mask = torch.zeros((len(chunk), width), dtype=torch.long)
-                rows, cols, targets = [], [], []
+                rows: list[int] = []
+                cols: list[int] = []
+                targets: list[int] = []
                 for b, j in enumerate(chunk):
                     _, p_len, r_ids = spans[j]
                     ids[b, : len(seqs[j])] = torch.tensor(seqs[j])
@@ -283,16 +290,16 @@ class HFBackend:
                 feats, head, vocab = self._body_and_head(
                     ids.to(dev), mask.to(dev), torch.tensor(rows, device=dev), torch.tensor(cols, device=dev)
                 )
-                targets = torch.tensor(targets, device=dev)
+                target_ids = torch.tensor(targets, device=dev)
                 step = max(1, logit_budget // vocab)
                 values = []
-                for s in range(0, len(targets), step):
+                for s in range(0, len(target_ids), step):
                     logp = torch.log_softmax(head(feats[s : s + step]).float(), dim=-1)
-                    values.append(stat(logp, targets[s : s + step]).cpu())
+                    values.append(stat(logp, target_ids[s : s + step]).cpu())
                     del logp
                 del feats
-                values = torch.cat(values).split([len(spans[j][2]) for j in chunk])
-                for j, v in zip(chunk, values, strict=True):
+                per_response = torch.split(torch.cat(values), [len(spans[j][2]) for j in chunk])
+                for j, v in zip(chunk, per_response, strict=True):
                     out[spans[j][0]] = v
         finally:
             model.train(was_training)
@@ -306,7 +313,7 @@ class HFBackend:
         *,
         token_budget: int | None = None,
         logit_budget: int | None = None,
-    ) -> dict:
+    ) -> dict[str, Any]:
         """Mean entropy (nats) of the full next-token distribution over each response's tokens, given its prompt.
 
         Temperature 1 (the policy itself), teacher-forced; the token-weighted mean over all responses, the count
@@ -333,7 +340,7 @@ class HFBackend:
         *,
         token_budget: int | None = None,
         logit_budget: int | None = None,
-    ) -> list:
+    ) -> list[list[float]]:
         """log π(yₜ | x, y<ₜ) of each response token, teacher-forced; [] for an empty response."""
 
         def logprob(logp: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -344,11 +351,35 @@ class HFBackend:
         )
         return [v.tolist() for v in rows]
 
+    @contextlib.contextmanager
+    def engine_released(self) -> Iterator[Path | None]:
+        """An HF backend holds no inference engine: nothing to release, and no folder (TRL loads `model` itself)."""
+        yield None
+
+    def at_dtype(self, dtype: torch.dtype) -> HFBackend:
+        """A fresh `dtype` model holding these weights, each tensor cast once as `cast` does (see `Backend.at_dtype`).
+
+        Fresh, not this model cast: GRPO's fp32 master must stay fp32 under the optimizer, and it carries TRL's
+        fused-head forward and accelerate's autocast wrapper (which also returns fp32 logits), so generating on it is
+        neither `dtype` nor the plain model that evaluation and ES run. Costs one `dtype` copy of the weights."""
+        import copy
+
+        master = self.model
+        devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+        with torch.no_grad(), torch.random.fork_rng(devices=devices):  # the copy's init must not move TRL's RNG
+            with torch.device(master.device):
+                clone = type(master)._from_config(copy.deepcopy(master.config), dtype=dtype)
+            clone.load_state_dict(master.state_dict())  # each tensor cast once, round to nearest, as `cast` does
+        view = HFBackend(clone, self.tokenizer, device=master.device.type, batch_size=self.batch_size)
+        view.score_tokens, view.score_logits = self.score_tokens, self.score_logits
+        view.stop_token_ids = list(self.stop_token_ids)  # the cell's stop set, read when it was built (not the copy's)
+        return view
+
     # ---------------------------------------------------------------------------------------------------------
     # weights
 
     def weight_editor(self, precision: Precision = "fp32-master", noise: str = "torch") -> WeightEditor:
-        return WeightEditor(self.parameters(), precision, noise)
+        return TensorEditor(self.parameters(), precision, noise)
 
     def parameters(self) -> dict[str, torch.Tensor]:
         seen: set[int] = set()
@@ -394,7 +425,7 @@ class HFBackend:
     # ---------------------------------------------------------------------------------------------------------
     # evaluation and provenance
 
-    def lm_eval_model(self):
+    def lm_eval_model(self) -> Any:
         from esbench.backends.lm_eval_adapter import BackendLM
 
         return BackendLM(self)

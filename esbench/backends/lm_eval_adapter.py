@@ -14,23 +14,28 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lm_eval.api.model import LM
 from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
 
+if TYPE_CHECKING:
+    import torch
+
+    from esbench.backends import Backend
+
 DEFAULT_MAX_GEN_TOKS = 256
 
 
-class BackendLM(LM):
-    def __init__(self, backend) -> None:
+class BackendLM(LM):  # type: ignore[misc]  # lm-eval is not followed by the type checker (pyproject)
+    def __init__(self, backend: Backend) -> None:
         super().__init__()
         self.backend = backend
         self.tokenizer = backend.tokenizer
         self.requests_seen = 0  # lm-eval requests answered (tests count them)
 
     @property
-    def device(self):
+    def device(self) -> torch.device:
         return self.backend.device
 
     @property
@@ -41,14 +46,15 @@ class BackendLM(LM):
         return getattr(self.tokenizer, "chat_template", None) or ""
 
     def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
-        return self.tokenizer.apply_chat_template(
+        text: str = self.tokenizer.apply_chat_template(
             chat_history,
             tokenize=False,
             add_generation_prompt=add_generation_prompt,
             continue_final_message=not add_generation_prompt,
         )
+        return text
 
-    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+    def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
         args = [req.args for req in requests]
         self.requests_seen += len(args)
         # identical (context, kwargs) requests are one prompt with n samples; first-seen order is kept
@@ -73,17 +79,17 @@ class BackendLM(LM):
             )
             for ctx, g in zip(contexts, gens, strict=True):
                 answers[(ctx, kw_json)] = [x.text for x in g]  # already cut at `until` by the backend
-        cursor: Counter = Counter()
+        cursor: Counter[tuple[str, str]] = Counter()
         out = []
         for key in keys:
             out.append(answers[key][cursor[key]])
             cursor[key] += 1
         return out
 
-    def loglikelihood(self, requests) -> list[tuple[float, bool]]:
+    def loglikelihood(self, requests: list[Any]) -> list[tuple[float, bool]]:
         raise NotImplementedError("esbench tasks are generate_until; loglikelihood is not served by esbench backends")
 
-    def loglikelihood_rolling(self, requests) -> list[float]:
+    def loglikelihood_rolling(self, requests: list[Any]) -> list[float]:
         raise NotImplementedError("esbench tasks are generate_until; loglikelihood is not served by esbench backends")
 
     def get_model_info(self) -> dict[str, Any]:

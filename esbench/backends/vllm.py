@@ -40,10 +40,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import itertools
 import os
 import shutil
-import sys
 import tempfile
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
@@ -54,73 +52,8 @@ import torch
 
 from esbench.backends import DevicePolicy, Generation, resolve_device
 from esbench.backends.hf import HFBackend, cut_at_stop, device_provenance
-from esbench.memory import engine_share
-
-WORKER_EXTENSION = "esbench.backends.vllm_worker.ESWorkerExtension"
-CPU_KV_CACHE_BYTES = 1 << 30
-_EDITOR_KEYS = itertools.count()
-
-
-def engine_settings(device: str, max_model_len: int | None = None) -> dict[str, Any]:
-    """The `LLM(...)` options esbench fixes; recorded in provenance.
-
-    The KV cache is sized explicitly on CPU: vLLM's CPU worker otherwise reserves a fraction of RAM minus what the
-    whole process already holds, which fails for a second engine in one process (a `cast`, or the next cell).
-    `ESBENCH_VLLM_MEMORY` overrides the GPU fraction, `ESBENCH_VLLM_KV_BYTES` the CPU cache size.
-
-    `max_model_len` is the cell's longest sequence (its longest prompt plus its largest generation budget, from
-    `esbench.runner.longest_sequence`). Without it vLLM takes the model's whole context (131k tokens for
-    Llama-3.2) and its start-up check wants KV cache for one sequence that long: 15 GB for Llama-3.2-3B in bf16,
-    more than the engine's share of an 80 GB GPU holds beside the weights.
-    """
-    memory: dict[str, Any] = (
-        {"kv_cache_memory_bytes": int(os.environ.get("ESBENCH_VLLM_KV_BYTES", CPU_KV_CACHE_BYTES))}
-        if device == "cpu"
-        else {"gpu_memory_utilization": engine_share()}  # the memory plan's share (esbench.memory)
-    )
-    return {
-        **memory,
-        **({"max_model_len": int(max_model_len)} if max_model_len else {}),
-        "enable_prefix_caching": False,
-        "enforce_eager": device == "cpu",  # CPU: no torch.compile warm-up (13 s for a 1M model), same kernels
-        "generation_config": "vllm",
-        "seed": 0,
-        "disable_log_stats": True,
-        "worker_extension_cls": WORKER_EXTENSION,
-    }
-
-
-@contextlib.contextmanager
-def _real_stdout() -> Iterator[None]:
-    """vLLM's engine start duplicates `sys.stdout.fileno()`; a captured stdout (pytest, notebooks, a redirected
-    console) has none, so the process's own stdout stands in while the engine starts."""
-    try:
-        sys.stdout.fileno()
-        captured = False
-    except (AttributeError, OSError, ValueError):
-        captured = True
-    saved = sys.stdout
-    if captured:
-        sys.stdout = sys.__stdout__
-    try:
-        yield
-    finally:
-        sys.stdout = saved
-
-
-def shutdown_llm(llm) -> None:
-    """Shut an in-process `vllm.LLM` down now, rather than whenever it is collected: its engine core frees the
-    memory and destroys the process's vLLM distributed state, so that another engine can start in this process."""
-    with contextlib.suppress(Exception):
-        llm.llm_engine.engine_core.shutdown()
-    gc.collect()
-
-
-def derive_seed(seed: int, index: int) -> int:
-    """Per-prompt sampling seed: prompt `index` of a call seeded `seed` (63-bit, stable across platforms)."""
-    from esbench.es.weights import member_seed
-
-    return member_seed(seed, -2, index)
+from esbench.backends.vllm_engine import EngineEditor, derive_seed, engine_settings, real_stdout, shutdown_llm
+from esbench.es.weights import Precision
 
 
 class VLLMBackend:
@@ -128,13 +61,13 @@ class VLLMBackend:
 
     def __init__(
         self,
-        model,
-        tokenizer,
+        model: Any,
+        tokenizer: Any,
         *,
         device: DevicePolicy = "auto",
         cpu_threads: int | None = None,
         max_model_len: int | None = None,
-    ):
+    ) -> None:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")  # vLLM logs go to the cell log, not the console
         self.device_policy = device
@@ -148,7 +81,7 @@ class VLLMBackend:
         self.tokenizer = tokenizer
         self._folder = Path(tempfile.mkdtemp(prefix="esbench-vllm-"))
         weakref.finalize(self, shutil.rmtree, self._folder, True)
-        self.llm = None
+        self.llm: Any = None  # the `vllm.LLM`; None while released to another engine
         # Which copy of the weights is current: "both"; "engine" (edited in the worker; the HF copy is refreshed
         # before its next use); or "hf" (the HF model was handed out and may change at any time, e.g. under TRL,
         # so it is pushed into the engine before every engine use, until `release_model` or an engine edit).
@@ -173,7 +106,7 @@ class VLLMBackend:
         self.hf.save(weights)
         dtype = str(self.hf.dtype).removeprefix("torch.")
         self.settings = engine_settings(self._device, self.max_model_len)
-        with _real_stdout():
+        with real_stdout():
             self.llm = LLM(model=str(weights), tokenizer=str(weights), dtype=dtype, **self.settings)
         self.setup = self._rpc("esbench_setup", str(weights))
         self._engine_dtype = self.hf.dtype
@@ -294,9 +227,10 @@ class VLLMBackend:
         results = self.llm.collective_rpc(method, args=args)
         return results[0]
 
-    def collective_rpc(self, method, *args: Any) -> list[Any]:
+    def collective_rpc(self, method: str, *args: Any) -> list[Any]:
         """Raw access to the workers (tests corrupt a replica through this)."""
-        return self.llm.collective_rpc(method, args=args)
+        results: list[Any] = self.llm.collective_rpc(method, args=args)
+        return results
 
     def _sync_engine(self) -> None:
         """Before the engine is used: push the HF weights if the HF model is the current copy."""
@@ -318,7 +252,7 @@ class VLLMBackend:
         self._hf_rests()
 
     @property
-    def model(self):
+    def model(self) -> Any:
         """The HF copy, current and on the compute device. A caller may train it in place (GRPO): the engine is
         refreshed before each use."""
         self._sync_hf()
@@ -350,7 +284,9 @@ class VLLMBackend:
     # ---------------------------------------------------------------------------------------------------------
     # decoding
 
-    def sampling_params(self, temperature: float, top_p: float, max_new_tokens: int, n: int, seed, stop):
+    def sampling_params(
+        self, temperature: float, top_p: float, max_new_tokens: int, n: int, seed: int | None, stop: Sequence[str]
+    ) -> Any:
         from vllm import SamplingParams
 
         sampled = temperature > 0
@@ -402,7 +338,12 @@ class VLLMBackend:
         ids = tok(list(prompts), add_special_tokens=False)["input_ids"]
         params = [
             self.sampling_params(
-                temperature, top_p, max_new_tokens, n, derive_seed(seed, i) if temperature > 0 else None, stop
+                temperature,
+                top_p,
+                max_new_tokens,
+                n,
+                derive_seed(seed, i) if temperature > 0 and seed is not None else None,
+                stop,
             )
             for i in range(len(prompts))
         ]
@@ -419,7 +360,11 @@ class VLLMBackend:
     def neutral_decoding(self) -> contextlib.AbstractContextManager[None]:
         return self.hf.neutral_decoding()
 
-    def token_entropy(self, prompts: Sequence[str], responses: Sequence[str]) -> dict[str, float]:
+    def at_dtype(self, dtype: torch.dtype) -> HFBackend:
+        """The HF copy's `at_dtype`: while the engine is released (GRPO) that copy is the fp32 master."""
+        return self.hf.at_dtype(dtype)
+
+    def token_entropy(self, prompts: Sequence[str], responses: Sequence[str]) -> dict[str, Any]:
         """Teacher-forced full-distribution entropy on the HF copy (vLLM returns top-k log-probs, not the full one),
         on the compute device for the call."""
         self._sync_hf()
@@ -435,7 +380,7 @@ class VLLMBackend:
     # ---------------------------------------------------------------------------------------------------------
     # weights
 
-    def weight_editor(self, precision: str = "fp32-master", noise: str = "torch") -> EngineEditor:
+    def weight_editor(self, precision: Precision = "fp32-master", noise: str = "torch") -> EngineEditor:
         self._sync_engine()
         return EngineEditor(self, precision, noise)
 
@@ -445,7 +390,8 @@ class VLLMBackend:
         if self._deferred:
             return {k: v.detach().clone() for k, v in self.hf.parameters().items()}
         self._sync_engine()
-        return self._rpc("esbench_state")
+        state: dict[str, torch.Tensor] = self._rpc("esbench_state")
+        return state
 
     @torch.no_grad()
     def load_parameters(self, state: Mapping[str, torch.Tensor]) -> None:
@@ -480,7 +426,8 @@ class VLLMBackend:
 
     def checksum(self) -> str:
         self._sync_engine()
-        return self._rpc("esbench_checksum")
+        checksum: str = self._rpc("esbench_checksum")
+        return checksum
 
     def state_hash(self) -> str:
         self._sync_hf()
@@ -493,7 +440,7 @@ class VLLMBackend:
     # ---------------------------------------------------------------------------------------------------------
     # evaluation and provenance
 
-    def lm_eval_model(self):
+    def lm_eval_model(self) -> Any:
         from esbench.backends.lm_eval_adapter import BackendLM
 
         return BackendLM(self)
@@ -513,77 +460,3 @@ class VLLMBackend:
             "multiprocessing": os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING"),
             "unpacked_cpu_linears": len(self.setup["unpacked"]),
         }
-
-
-class EngineEditor:
-    """The `WeightEditor` interface, run inside the engine's worker (`vllm_worker.ESWorkerExtension`).
-
-    It lives and dies with the engine it was made on: a `cast` restarts the engine, and the editor's fp32 master or
-    shadow and its simulated engines go with it. Take what is needed from it (`ideal_state`) before a cast.
-    """
-
-    def __init__(self, backend: VLLMBackend, precision: str, noise: str = "torch"):
-        self.backend = backend
-        self.precision = precision
-        self.noise = noise
-        self.key = next(_EDITOR_KEYS)
-        self._engine = backend.setup  # this engine start's own object: a restart replaces it
-        self._numel = backend._rpc("esbench_editor_new", self.key, precision, noise)
-
-    def close(self) -> None:
-        """Free this editor's state in the worker (its fp32 master or shadow and simulated engines) now, while the
-        engine keeps serving: evaluation after training needs that memory."""
-        if self.backend.setup is self._engine and self.backend.llm is not None:
-            self.backend._rpc("esbench_editor_drop", self.key)
-
-    def _call(self, op: str, *args: Any) -> Any:
-        if self.backend.setup is not self._engine:
-            raise RuntimeError(
-                f"ES editor {op}(): the vLLM engine it was made on was restarted (a cast, now "
-                f"{str(self.backend.dtype).removeprefix('torch.')}), and the editor went with it; take what you "
-                "need from an editor before casting, or make a new one"
-            )
-        self.backend._engine_edited()
-        return self.backend._rpc("esbench_editor", self.key, op, *args)
-
-    def numel(self) -> int:
-        return self._numel
-
-    def perturb(self, seed: int, sigma: float, sign: float = 1.0) -> None:
-        self._call("perturb", seed, sigma, sign)
-
-    def restore(self) -> None:
-        self._call("restore")
-
-    def update(self, seeds, coeffs, decay: float = 0.0, anchor=None) -> dict[str, Any]:
-        return self._call("update", list(seeds), list(coeffs), decay, anchor)
-
-    def rms_diff(self, before) -> float:
-        return self._call("rms_diff", before)
-
-    def add_engines(self, engines: int) -> None:
-        self._call("add_engines", engines)
-
-    def swap_engine(self, k: int) -> None:
-        self._call("swap_engine", k)
-
-    def resync_engines(self) -> None:
-        self._call("resync_engines")
-
-    def engines_state(self) -> dict[str, torch.Tensor]:
-        return self._call("engines_state")
-
-    def load_engines_state(self, state) -> None:
-        self._call("load_engines_state", state)
-
-    def ideal_state(self) -> dict[str, torch.Tensor]:
-        return self._call("ideal_state")
-
-    def load_ideal_state(self, state) -> None:
-        self._call("load_ideal_state", state)
-
-    def master_state(self, on_device: bool = False) -> dict[str, torch.Tensor]:
-        return self._call("master_state", on_device)
-
-    def load_master_state(self, state) -> None:
-        self._call("load_master_state", state)

@@ -2,7 +2,7 @@
 
 The authors' artifact (yunpengba7/understanding-es) and es-at-scale (Qiu et al., arXiv 2509.24372) perturb the
 weights inside each vLLM worker, so only seeds and rewards cross process boundaries. This module does the same with
-esbench's own `WeightEditor`, so a vLLM run perturbs exactly the weights an HF run perturbs:
+esbench's own editor (`TensorEditor`), so a vLLM run perturbs exactly the weights an HF run perturbs:
 
 - **Hugging Face names over vLLM's fused layout.** vLLM fuses q/k/v into `qkv_proj` and gate/up into `gate_up_proj`
   (the model's `packed_modules_mapping`) and pads the vocabulary. `hf_views` splits each fused parameter along its
@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from esbench.es.weights import WeightEditor, WeightsDiverged
+from esbench.es.weights import Precision, TensorEditor, WeightsDiverged
 from esbench.es.weights import tensor_checksums as checksums
 from esbench.es.weights import weights_digest as digest
 
@@ -103,7 +103,8 @@ class ESWorkerExtension:
     """Mixed into vLLM's worker class by `worker_extension_cls`; every method runs in each worker process."""
 
     def _esb_model(self) -> torch.nn.Module:
-        return self.model_runner.model  # type: ignore[attr-defined]
+        model: torch.nn.Module = self.model_runner.model  # type: ignore[attr-defined]  # vLLM's worker, mixed in
+        return model
 
     def esbench_setup(self, checkpoint_dir: str) -> dict[str, Any]:
         """Map HF names onto the engine (unpacking CPU linears first) and check every view against the checkpoint."""
@@ -113,7 +114,7 @@ class ESWorkerExtension:
         if next(model.parameters()).device.type == "cpu":
             unpacked = unpack_cpu_linears(model, checkpoint)
         self._esb_views = hf_views(model)
-        self._esb_editor: tuple[int, WeightEditor] | None = None  # (key, editor): one at a time
+        self._esb_editor: tuple[int, TensorEditor] | None = None  # (key, editor): one at a time
         self._esb_sums: dict[str, int] | None = None
         names = set(self._esb_views)
         if names != set(checkpoint):
@@ -159,12 +160,12 @@ class ESWorkerExtension:
         return self._esb_record()
 
     # -- the ES editor ------------------------------------------------------------------------------------------
-    def esbench_editor_new(self, key: int, precision: str, noise: str = "torch") -> int:
+    def esbench_editor_new(self, key: int, precision: Precision, noise: str = "torch") -> int:
         """A new editor replaces the previous one: each holds an fp32 master of the whole model (28 GB for 7B), and
         no recipe or analysis uses two at once. `noise` is the driver's noise scheme (`esbench.es.noise`)."""
         self._esb_verify()
         self._esb_editor = None  # the old one's fp32 copies go first: two at once would not fit beside a 7B engine
-        self._esb_editor = (key, WeightEditor(self._esb_views, precision, noise))  # type: ignore[arg-type]
+        self._esb_editor = (key, TensorEditor(self._esb_views, precision, noise))
         return self._esb_editor[1].numel()
 
     def esbench_editor_drop(self, key: int | None = None) -> None:

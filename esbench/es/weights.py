@@ -18,15 +18,16 @@ The noise comes from a named scheme (`esbench.es.noise`, chosen by the ES config
 the artifact's seeded `torch.randn`, kept bit-identical) or `table` (block-wise slices of a shared noise table made
 on CPU: the same noise on every device, and perturbing at about copy speed).
 
-The editor works on any mapping of named tensors, so an HF model, a vLLM worker's model, or a toy parameter
-dict in a test all go through the same code.
+`WeightEditor` is the interface every backend's `weight_editor()` returns and ES, the analyses and plug-ins use.
+`TensorEditor` implements it over any mapping of named tensors, so an HF model, a vLLM worker's model (where the
+vLLM backend's `EngineEditor` forwards each call), or a toy parameter dict in a test all go through the same code.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
-from typing import Literal
+from typing import Literal, Protocol
 
 import torch
 
@@ -80,7 +81,39 @@ def weights_digest(sums: Mapping[str, int]) -> str:
     return hashlib.blake2b(blob.encode(), digest_size=8).hexdigest()
 
 
-class WeightEditor:
+class WeightEditor(Protocol):
+    """An ES editor over one backend's weights: perturb by a member's seeded noise, restore exactly, apply an update.
+
+    Implemented in-process by `TensorEditor`, and inside a vLLM worker by `esbench.backends.vllm_engine.EngineEditor`;
+    the members are `TensorEditor`'s, documented there. State dicts cross as CPU tensors under HF names."""
+
+    precision: Precision
+    noise: str
+
+    def numel(self) -> int: ...
+    def perturb(self, seed: int, sigma: float, sign: float = 1.0) -> None: ...
+    def restore(self) -> None: ...
+    def update(
+        self,
+        seeds: Iterable[int],
+        coeffs: Iterable[float],
+        decay: float = 0.0,
+        anchor: Mapping[str, torch.Tensor] | None = None,
+    ) -> dict[str, float]: ...
+    def rms_diff(self, before: Mapping[str, torch.Tensor]) -> float: ...
+    def add_engines(self, engines: int) -> None: ...
+    def swap_engine(self, k: int) -> None: ...
+    def resync_engines(self) -> None: ...
+    def engines_state(self) -> dict[str, torch.Tensor]: ...
+    def load_engines_state(self, state: Mapping[str, torch.Tensor]) -> None: ...
+    def ideal_state(self) -> dict[str, torch.Tensor]: ...
+    def load_ideal_state(self, state: Mapping[str, torch.Tensor]) -> None: ...
+    def master_state(self, on_device: bool = False) -> dict[str, torch.Tensor]: ...
+    def load_master_state(self, state: Mapping[str, torch.Tensor]) -> None: ...
+    def close(self) -> None: ...
+
+
+class TensorEditor(WeightEditor):
     """Perturb / restore / update a set of named tensors in place, in one of three precision modes, with the noise of
     scheme `noise` (`torch` or `table`, see `esbench.es.noise`)."""
 
@@ -108,7 +141,7 @@ class WeightEditor:
     @classmethod
     def for_model(
         cls, model: torch.nn.Module, precision: Precision = "fp32-master", noise: str = "torch"
-    ) -> WeightEditor:
+    ) -> TensorEditor:
         """All trainable tensors of a model, de-duplicated (tied embeddings are one tensor, one noise draw)."""
         seen: set[int] = set()
         params = {}
@@ -125,7 +158,7 @@ class WeightEditor:
     def perturb(self, seed: int, sigma: float, sign: float = 1.0) -> None:
         """θ ← θ + sign·σ·ε(seed). One perturbation may be active at a time."""
         if self.closed:
-            raise RuntimeError("this WeightEditor was closed (its master is gone); make a new one")
+            raise RuntimeError("this TensorEditor was closed (its master is gone); make a new one")
         if self._active is not None:
             raise RuntimeError("perturb() called twice without restore()")
         for name, p in self.params.items():
@@ -164,7 +197,7 @@ class WeightEditor:
         """
         replicas = self.replicas
         if self.closed:
-            raise RuntimeError("this WeightEditor was closed (its master is gone); make a new one")
+            raise RuntimeError("this TensorEditor was closed (its master is gone); make a new one")
         if self._active is not None:
             raise RuntimeError("update() during an active perturbation")
         seeds, coeffs = list(seeds), list(coeffs)
@@ -182,7 +215,7 @@ class WeightEditor:
                     m.sub_((m - base) * decay)
                 p.copy_(m)
             else:
-                sh = self.shadow[name]
+                sh = self._fp32()[name]
                 if self.precision == "paper-bf16":  # the artifact: Σ cᵢεᵢ in fp32, one cast, one add per copy
                     delta = torch.zeros(p.shape, dtype=torch.float32, device=p.device)
                     for s, c in zip(seeds, coeffs, strict=True):
@@ -262,12 +295,18 @@ class WeightEditor:
     def ideal_state(self) -> dict[str, torch.Tensor]:
         """fp32 weights the update rule intended: the master (exact mode) or the shadow (paper-bf16), as CPU copies
         (the record's drift and checkpoints read them there; a device clone of a 7B fp32 master is 28 GB)."""
-        return {n: _cpu(t) for n, t in (self.master if self.master is not None else self.shadow).items()}
+        return {n: _cpu(t) for n, t in self._fp32().items()}
 
     def load_ideal_state(self, state: Mapping[str, torch.Tensor]) -> None:
-        target = self.master if self.master is not None else self.shadow
-        for name, t in target.items():
+        for name, t in self._fp32().items():
             t.copy_(state[name])
+
+    def _fp32(self) -> dict[str, torch.Tensor]:
+        """The fp32 trajectory: the master (exact mode) or the shadow (bf16 modes); gone once closed."""
+        held = self.master if self.master is not None else self.shadow
+        if held is None:
+            raise RuntimeError("this TensorEditor was closed (its master is gone); make a new one")
+        return held
 
     def master_state(self, on_device: bool = False) -> dict[str, torch.Tensor]:
         """What a checkpoint must hold to resume exactly: the fp32 master, else the compute weights. CPU copies,

@@ -1,8 +1,8 @@
 """Method recipes and their registry.
 
 A method is a class registered under the entry-point group `esbench.methods` (the built-ins are registered the
-same way, in pyproject.toml). The registry maps names to `module:attr` strings and imports a recipe only when a
-suite uses it, so `esbench validate` stays fast.
+same way, in pyproject.toml). The registry (`esbench.registry`) maps names to `module:attr` strings and imports a
+recipe only when a suite uses it, so `esbench validate` stays fast.
 
 Contract (docs/architecture.md, "Method"): `train(train_data, reward, budget, config, ctx)` works on the cell's
 model through `ctx.backend` (generation, weight edits, device) and returns a `TrainResult`: what it spent and its
@@ -12,18 +12,17 @@ and ignore datasets and budgets. The typed surface for plug-ins is re-exported b
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
 from esbench.backends import Backend
-from esbench.records import append_jsonl
+from esbench.records import append_jsonl, atomic_write_text, jsonl_line, read_jsonl
+from esbench.registry import EntryPointRegistry
 from esbench.rewards import Reward
 
 GROUP = "esbench.methods"
@@ -66,12 +65,10 @@ class TrainContext:
         """Keep only rows of updates < `updates`: a resumed recipe re-logs what followed its checkpoint."""
         if not self.log_path.exists():
             return
-        from esbench.records import atomic_write_text
-
-        lines = self.log_path.read_text().splitlines()
-        kept = [ln for ln in lines if ln.strip() and json.loads(ln).get("update", -1) < updates]
-        if len(kept) != len(lines):
-            atomic_write_text(self.log_path, "".join(ln + "\n" for ln in kept))
+        rows = read_jsonl(self.log_path)
+        kept = [r for r in rows if r.get("update", -1) < updates]
+        if len(kept) != len(rows):
+            atomic_write_text(self.log_path, "".join(jsonl_line(r) for r in kept))
 
 
 @dataclass
@@ -111,12 +108,12 @@ class Method:
         return out
 
     @classmethod
-    def prompts_per_update(cls, config: BaseModel) -> int | None:
+    def prompts_per_update(cls, config: Any) -> int | None:
         """Prompts one update consumes, or None if the method has no such unit (epoch budgets are then refused)."""
         return None
 
     @classmethod
-    def updates_for(cls, budget: int | str, train_size: int, config: BaseModel) -> int:
+    def updates_for(cls, budget: int | str, train_size: int, config: Any) -> int:
         """Updates for a suite budget: an int counts updates; 'Xep' is X epochs of the train set."""
         if isinstance(budget, int):
             return budget
@@ -127,24 +124,11 @@ class Method:
         return max(1, math.ceil(epochs * train_size / batch))
 
 
-class _Registry:
-    def entries(self) -> dict[str, metadata.EntryPoint]:
-        return {ep.name: ep for ep in metadata.entry_points(group=GROUP)}
-
-    def names(self) -> list[str]:
-        return sorted(self.entries())
-
-    def get(self, name: str) -> type[Method]:
-        ep = self.entries().get(name)
-        if ep is None:
-            raise KeyError(f"unknown method {name!r}; registered methods: {', '.join(self.names()) or 'none'}")
-        cls = ep.load()
-        if not (isinstance(cls, type) and issubclass(cls, Method)):
-            raise TypeError(f"entry point {name!r} ({ep.value}) is not an esbench.methods.Method subclass")
-        return cls
+def _a_method(cls: object) -> str | None:
+    return None if isinstance(cls, type) and issubclass(cls, Method) else "an esbench.methods.Method subclass"
 
 
-registry = _Registry()
+registry: EntryPointRegistry[Method] = EntryPointRegistry(GROUP, "method", _a_method)
 
 
 def model_to_load(method: dict[str, Any], cell_model: dict[str, Any]) -> dict[str, Any]:

@@ -33,7 +33,6 @@ In-training probes are off with G > 1 (the model is sharded across processes); t
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -41,18 +40,37 @@ import sys
 from pathlib import Path
 
 from esbench.methods import TrainContext, TrainResult
+from esbench.methods.grpo_trl import (
+    GRPOSettings,
+    close_trl_engine,
+    declared_eos,
+    grpo_config,
+    last_complete_checkpoint,
+    reseed_after_engine_start,
+    save_start,
+    stage_result,
+    train_log,
+    trl_prompt,
+    trl_vllm_rollouts,
+)
 from esbench.records import append_jsonl, atomic_write_json
+from esbench.rewards import Reward
 
 SPEC = "grpo-processes.json"
 FINAL = "final.safetensors"
 
 
-def train_in_processes(train_data, reward, budget: int, config, ctx: TrainContext, processes: int) -> TrainResult:
+def train_in_processes(
+    train_data: list[dict[str, str]],
+    reward: Reward,
+    budget: int,
+    config: GRPOSettings,
+    ctx: TrainContext,
+    processes: int,
+) -> TrainResult:
     """The parent's side (module docstring, steps 1 and 3)."""
     import torch
     from safetensors.torch import load_file
-
-    from esbench.methods.grpo import last_complete_checkpoint, save_start, stage_result, trl_prompt, trl_vllm_rollouts
 
     backend = ctx.backend
     g = config.num_generations
@@ -77,8 +95,7 @@ def train_in_processes(train_data, reward, budget: int, config, ctx: TrainContex
     compute = str(backend.dtype).removeprefix("torch.")
     rollout_engine = "vllm" if trl_vllm_rollouts(backend) else "hf"
     device = backend.device
-    released = getattr(backend, "engine_released", None)
-    with released() if released is not None else contextlib.nullcontext():
+    with backend.engine_released():
         start = save_start(backend, ctx.workdir / "grpo-start")  # the cell's dtype: ranks, reference, TRL's vLLM
         model = backend.model
         model.to("cpu")  # the ranks need the GPUs' memory; the parent's copy waits on the host
@@ -168,16 +185,7 @@ def worker(spec_path: str) -> None:
     from trl import GRPOTrainer
 
     from esbench.backends import engine_context
-    from esbench.methods.grpo import (
-        GRPOSettings,
-        close_trl_engine,
-        declared_eos,
-        grpo_config,
-        reseed_after_engine_start,
-        train_log,
-    )
     from esbench.models import load_model
-    from esbench.rewards import Reward
     from esbench.tasks import get_task
 
     spec = json.loads(Path(spec_path).read_text())

@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from esbench.backends import SEQUENCE_MARGIN, engine_context
-from esbench.methods.grpo import GRPOSettings, grpo_config
+from esbench.methods.grpo_trl import GRPOSettings, grpo_config
 
 
 def test_engine_context_is_the_longest_sequence_below_the_models_own():

@@ -82,7 +82,7 @@ def test_generation_config_json_changes_nothing(twin_folders, temperature):
 
 def test_evaluation_samples_are_byte_identical_across_generation_configs(twin_folders, tmp_path):
     from esbench.evaluation import evaluate
-    from esbench.spec import EvalSpec
+    from esbench.spec_schema import EvalSpec
 
     ev = EvalSpec(tasks=["tiny_arith"], limit=6, n=4, k=[1, 4], temperature=1.0, max_new_tokens=40, entropy=False)
     for i, backend in enumerate(_backends(twin_folders)):

@@ -144,7 +144,7 @@ def test_grpo_rollouts_stop_on_the_backends_set(folders, tmp_path, monkeypatch):
     import trl
 
     from esbench.methods import TrainContext, registry
-    from esbench.methods.grpo import grpo_config
+    from esbench.methods.grpo_trl import grpo_config
 
     seen: dict[str, list[int]] = {}
 

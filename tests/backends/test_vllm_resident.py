@@ -59,7 +59,7 @@ def test_a_new_worker_editor_is_built_after_the_old_one_is_freed(vb, monkeypatch
     """Two fp32 masters at once are what made the diversity analysis run out of memory beside a 7B engine."""
     import esbench.backends.vllm_worker as worker_mod
 
-    real = worker_mod.WeightEditor
+    real = worker_mod.TensorEditor
     alive_at_build: list[bool] = []
     made: list[weakref.ref] = []
 
@@ -69,7 +69,7 @@ def test_a_new_worker_editor_is_built_after_the_old_one_is_freed(vb, monkeypatch
         made.append(weakref.ref(ed))
         return ed
 
-    monkeypatch.setattr(worker_mod, "WeightEditor", build)
+    monkeypatch.setattr(worker_mod, "TensorEditor", build)
     first = vb.weight_editor("fp32-master")
     first.perturb(1, 0.01)
     first.restore()

@@ -4,7 +4,7 @@ The reference below is written from the artifact's `worker.py` and `train.py` (y
 esbench: per-tensor noise from seed XOR blake2b-8(name), `randn` in fp32, `mul_(σ)`, cast to the parameter dtype and
 added; restore adds the noise times −σ the same way; rewards z-scored with ddof 0 and eps 1e-8; the update summed
 in fp32 with `add_(noise, alpha=lr/N · z)` per tensor, cast once and added on every engine; engines hold ⌈N/E⌉
-contiguous members and are re-synced from engine 0 every K completed steps. esbench's recipe pieces (WeightEditor,
+contiguous members and are re-synced from engine 0 every K completed steps. esbench's recipe pieces (TensorEditor,
 EnginesPopulation, tell) run the same steps on the tiny model's weights, and the bf16 weights must match exactly.
 """
 
@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from esbench.es.population import EnginesPopulation, LocalPopulation, Rollout
-from esbench.es.weights import WeightEditor
+from esbench.es.weights import TensorEditor
 from esbench.methods.es import ESConfig, ask, tell
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -91,7 +91,7 @@ def esbench_run(start: dict, fitness, cfg: ESConfig, steps: int, first: int = 0,
     from esbench.methods.es import EpochSampler, load_checkpoint, save_checkpoint
 
     params = {k: v.clone() for k, v in start.items()}
-    editor = WeightEditor(params, cfg.precision)
+    editor = TensorEditor(params, cfg.precision)
     state = load_checkpoint(ckpt, editor) if first else None
     backend = FitnessBackend(params, fitness)
     spec = Rollout(cfg.population, cfg.antithetic, cfg.sigma, 0.0, 1, True)

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from esbench.es import noise as N
-from esbench.es.weights import WeightEditor, member_seed, noise
+from esbench.es.weights import TensorEditor, member_seed, noise
 
 Z = 5.0  # standard errors allowed in the statistical checks (two-sided p ≈ 6e-7 per check)
 
@@ -70,7 +70,7 @@ def test_torch_scheme_editor_does_the_original_arithmetic(precision):
     dtype = torch.float32 if precision == "fp32-master" else torch.bfloat16
     p, ref = params(dtype), params(dtype)
     master = {k: v.float().clone() for k, v in ref.items()}
-    ed = WeightEditor(p, precision)  # noise="torch" is the default
+    ed = TensorEditor(p, precision)  # noise="torch" is the default
     assert ed.noise == "torch"
     seed, sigma, sign = member_seed(0, 0, 1), 3e-3, -1.0
     ed.perturb(seed, sigma, sign)
@@ -224,7 +224,7 @@ def test_cpu_and_cuda_give_the_same_table_noise_and_the_same_perturbed_weights()
     # the editor on both devices: perturbed weights and updates agree bit for bit (no FMA in the scheme's arithmetic)
     p_cpu = params()
     p_gpu = {k: v.cuda() for k, v in params().items()}
-    eds = [WeightEditor(p_cpu, noise="table"), WeightEditor(p_gpu, noise="table")]
+    eds = [TensorEditor(p_cpu, noise="table"), TensorEditor(p_gpu, noise="table")]
     for ed in eds:
         ed.perturb(member_seed(0, 0, 0), 1e-3, -1.0)
     assert all(torch.equal(p_cpu[k], p_gpu[k].cpu()) for k in p_cpu)
@@ -304,7 +304,7 @@ def test_table_noise_is_not_periodic_in_a_tensor_larger_than_the_table():
 def test_fp32_master_restores_are_bit_exact_with_the_table_scheme(dtype):
     p = params(dtype)
     original = {k: v.clone() for k, v in p.items()}
-    ed = WeightEditor(p, "fp32-master", noise="table")
+    ed = TensorEditor(p, "fp32-master", noise="table")
     for i in range(20):
         seed, sign = member_seed(0, 0, i), (1.0 if i % 2 else -1.0)
         ed.perturb(seed, sigma=3e-3, sign=sign)
@@ -318,7 +318,7 @@ def test_fp32_master_restores_are_bit_exact_with_the_table_scheme(dtype):
 def test_table_update_is_the_fp32_sum_of_c_times_eps():
     p = params()
     start = {k: v.clone() for k, v in p.items()}
-    ed = WeightEditor(p, "fp32-master", noise="table")
+    ed = TensorEditor(p, "fp32-master", noise="table")
     seeds, coeffs = [11, 22, 33], [0.1, -0.2, 0.05]
     ed.update(seeds, coeffs)
     for k in p:
@@ -331,7 +331,7 @@ def test_table_update_is_the_fp32_sum_of_c_times_eps():
 def test_paper_bf16_with_the_table_scheme_leaves_its_residual():
     p = params(torch.bfloat16)
     original = {k: v.clone() for k, v in p.items()}
-    ed = WeightEditor(p, "paper-bf16", noise="table")
+    ed = TensorEditor(p, "paper-bf16", noise="table")
     for i in range(10):
         ed.perturb(member_seed(0, 0, i), sigma=1e-3)
         ed.restore()
@@ -345,7 +345,7 @@ def test_unknown_schemes_are_refused():
     from esbench.methods.es import ESConfig
 
     with pytest.raises(ValueError, match="unknown noise scheme 'bogus'"):
-        WeightEditor(params(), noise="bogus")
+        TensorEditor(params(), noise="bogus")
     with pytest.raises(ValidationError):
         ESConfig(noise="bogus")
     assert ESConfig().noise == "torch" and ESConfig(noise="table").noise == "table"

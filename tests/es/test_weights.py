@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from esbench.es.weights import WeightEditor, member_seed, noise
+from esbench.es.weights import TensorEditor, member_seed, noise
 from esbench.methods.es import ESConfig, ask, centered_ranks, tell, zscore
 
 
@@ -23,7 +23,7 @@ def params(dtype=torch.float32, seed=0):
 def test_fp32_master_restore_is_bit_exact_after_many_cycles(dtype):
     p = params(dtype)
     original = {k: v.clone() for k, v in p.items()}
-    ed = WeightEditor(p, "fp32-master")
+    ed = TensorEditor(p, "fp32-master")
     for i in range(200):
         ed.perturb(member_seed(0, 0, i), sigma=3e-3, sign=1.0 if i % 2 else -1.0)
         assert not torch.equal(p["layer.weight"], original["layer.weight"])
@@ -36,7 +36,7 @@ def test_paper_bf16_restore_leaves_a_measurable_residual():
     """Public code's subtract-restore in bf16 does not return to the starting weights."""
     p = params(torch.bfloat16)
     original = {k: v.to(torch.float32) for k, v in p.items()}
-    ed = WeightEditor(p, "paper-bf16")
+    ed = TensorEditor(p, "paper-bf16")
     for i in range(30):
         ed.perturb(member_seed(0, 0, i), sigma=1e-3)
         ed.restore()
@@ -51,7 +51,7 @@ def test_paper_bf16_restore_leaves_a_measurable_residual():
 
 def test_bf16_update_rounds_small_coordinates_away_but_master_keeps_them():
     exact, lossy = params(torch.bfloat16), params(torch.bfloat16)
-    ed_exact, ed_lossy = WeightEditor(exact, "fp32-master"), WeightEditor(lossy, "paper-bf16")
+    ed_exact, ed_lossy = TensorEditor(exact, "fp32-master"), TensorEditor(lossy, "paper-bf16")
     seeds = [member_seed(1, 0, i) for i in range(8)]
     coeffs = [1e-5 * (i - 3.5) for i in range(8)]
     ed_exact.update(seeds, coeffs)
@@ -65,7 +65,7 @@ def test_paper_bf16_shadow_is_the_fp32_trajectory_of_the_same_updates():
     """The shadow lets drift be split into what the updates intended and what bf16 rounding added."""
     p = params(torch.bfloat16)
     start = {k: v.to(torch.float32) for k, v in p.items()}
-    ed = WeightEditor(p, "paper-bf16")
+    ed = TensorEditor(p, "paper-bf16")
     expected = {k: v.clone() for k, v in start.items()}
     for step in range(3):
         seeds = [member_seed(2, step, i) for i in range(6)]
@@ -81,12 +81,12 @@ def test_paper_bf16_shadow_is_the_fp32_trajectory_of_the_same_updates():
         assert torch.allclose(ideal[k], expected[k], atol=1e-6), k
         assert not torch.equal(p[k].to(torch.float32), ideal[k]), "bf16 weights differ from the exact trajectory"
     # a checkpoint round trip restores the shadow too
-    other = WeightEditor(params(torch.bfloat16), "paper-bf16")
+    other = TensorEditor(params(torch.bfloat16), "paper-bf16")
     other.load_master_state(ed.master_state())
     other.load_ideal_state(ideal)
     assert all(torch.equal(other.ideal_state()[k], ideal[k]) for k in p)
     # in fp32-master mode the ideal trajectory is the master itself
-    exact = WeightEditor(params(torch.float32), "fp32-master")
+    exact = TensorEditor(params(torch.float32), "fp32-master")
     exact.update(seeds, coeffs)
     assert all(torch.equal(exact.ideal_state()[k], exact.master[k]) for k in p)
 
@@ -94,7 +94,7 @@ def test_paper_bf16_shadow_is_the_fp32_trajectory_of_the_same_updates():
 def test_update_applies_alpha_over_n_sum_z_eps_in_fp32():
     p = params()
     start = {k: v.clone() for k, v in p.items()}
-    ed = WeightEditor(p, "fp32-master")
+    ed = TensorEditor(p, "fp32-master")
     seeds, coeffs = [11, 22, 33], [0.1, -0.2, 0.05]
     stats = ed.update(seeds, coeffs)
     for k in p:
@@ -108,7 +108,7 @@ def test_update_applies_alpha_over_n_sum_z_eps_in_fp32():
 def test_weight_decay_anchored_to_init_pulls_back_toward_theta0():
     p = params()
     theta0 = {k: v.clone() for k, v in p.items()}
-    ed = WeightEditor(p, "fp32-master")
+    ed = TensorEditor(p, "fp32-master")
     ed.update([5], [0.5])
     moved = sum(float((p[k] - theta0[k]).norm()) for k in p)
     ed.update([], [], decay=0.5, anchor=theta0)
@@ -126,7 +126,7 @@ def test_noise_is_independent_across_tensors_and_members_and_fp32():
 
 
 def test_perturb_restore_misuse_is_an_error():
-    ed = WeightEditor(params(), "fp32-master")
+    ed = TensorEditor(params(), "fp32-master")
     with pytest.raises(RuntimeError):
         ed.restore()
     ed.perturb(1, 1e-3)
@@ -143,7 +143,7 @@ def es_gradient(theta0: np.ndarray, f, n: int, sigma: float, antithetic: bool = 
     """Run one ask/tell step on a toy objective through the real editor and return the update direction."""
     cfg = ESConfig(population=n, sigma=sigma, alpha=1.0, antithetic=antithetic)
     p = {"theta": torch.tensor(theta0, dtype=torch.float32)}
-    ed = WeightEditor(p, "fp32-master")
+    ed = TensorEditor(p, "fp32-master")
     members = ask(cfg, run_seed=3, step=0)
     rewards = []
     for seed, sign in members:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from esbench.methods.grpo import GRPOSettings, grpo_config
+from esbench.methods.grpo_trl import GRPOSettings, grpo_config
 
 # Paper Table 14 (../shared/reference/paper_tables.md). v2 lists KL coefficient 0.001 for both settings; it is not a
 # default (kl_coef 0: the tiny suites keep their cells), the paper suites state it.
@@ -137,7 +137,7 @@ class _BosTokenizer:
 
 
 def test_trl_prompt_removes_a_bos_that_tokenisation_would_add_again():
-    from esbench.methods.grpo import trl_prompt
+    from esbench.methods.grpo_trl import trl_prompt
 
     tok = _BosTokenizer()
     templated = "<bos>system: reason step by step\nuser: 2+2?\nassistant:"
@@ -150,7 +150,7 @@ def test_trl_prompt_removes_a_bos_that_tokenisation_would_add_again():
 
 
 def _checkpoint(out, step, complete=True, state='{"global_step": 0}'):
-    from esbench.methods.grpo import mark_complete
+    from esbench.methods.grpo_trl import mark_complete
 
     d = out / f"checkpoint-{step}"
     d.mkdir(parents=True)
@@ -161,7 +161,7 @@ def _checkpoint(out, step, complete=True, state='{"global_step": 0}'):
 
 
 def test_a_half_written_checkpoint_is_never_resumed_from(tmp_path):
-    from esbench.methods.grpo import last_complete_checkpoint
+    from esbench.methods.grpo_trl import last_complete_checkpoint
 
     out = tmp_path / "grpo"
     assert last_complete_checkpoint(out) is None

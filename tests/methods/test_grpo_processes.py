@@ -40,7 +40,7 @@ def _settings(**kw):
 def test_the_global_batch_is_the_same_on_any_number_of_processes(tmp_path, processes):
     """Table 14's 64 x 8 rollout, minibatch 32, micro 2: 256 sequences per update and 2 updates per rollout, for
     every G; each process takes 1/G of the accumulation steps (TRL's generation batch is global)."""
-    from esbench.methods.grpo import grpo_config
+    from esbench.methods.grpo_trl import grpo_config
 
     args = grpo_config(_settings(), 10, str(tmp_path), 0, True, processes=processes)
     assert args.per_device_train_batch_size * args.gradient_accumulation_steps * processes == 32 * 8
@@ -50,7 +50,7 @@ def test_the_global_batch_is_the_same_on_any_number_of_processes(tmp_path, proce
 
 
 def test_a_batch_that_does_not_split_over_the_processes_is_refused(tmp_path):
-    from esbench.methods.grpo import grpo_config
+    from esbench.methods.grpo_trl import grpo_config
 
     with pytest.raises(ValueError, match="micro_batch \\* GRPO processes"):
         grpo_config(
@@ -65,8 +65,8 @@ def test_the_fsdp2_configuration_builds_accelerates_plugin_with_an_fp32_policy(t
     import torch
     from accelerate.utils import FullyShardedDataParallelPlugin
 
-    from esbench.methods.grpo import grpo_config
     from esbench.methods.grpo_processes import fp32_policy
+    from esbench.methods.grpo_trl import grpo_config
 
     args = grpo_config(
         _settings(), 10, str(tmp_path), 0, True, compute="bfloat16", processes=8, fsdp_layers=["Qwen2DecoderLayer"]

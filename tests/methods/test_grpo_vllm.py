@@ -23,7 +23,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from esbench.backends.vllm import VLLMBackend, engine_settings
+from esbench.backends.vllm import VLLMBackend
+from esbench.backends.vllm_engine import engine_settings
 from esbench.backends.vllm_worker import read_checkpoint
 from esbench.methods import TrainContext, registry
 from esbench.models import load_model
