@@ -4,28 +4,23 @@ A cell is *done* exactly when record.json exists; *partial* when its folder hold
 train.jsonl, checkpoints); *pending* otherwise. Every file esbench writes goes through `atomic_write_text`
 (temp file in the same folder, fsync, rename, fsync of the folder), so a kill never leaves a half-written file.
 
-`CellDir` names every file of a cell folder in one place; `Lease` keeps two runners (on one machine or on nodes
-sharing a file system, where `flock` is unreliable) from writing the same cell at once.
+This module is the typed boundary of a cell folder: `CellDir` names every file in one place and reads them back as
+models (`Record`, and the rows of samples/*.jsonl, train.jsonl and events.jsonl), all through one JSON-lines reader
+(`read_jsonl`). The cell's lease, which keeps two runners from writing one cell at once, is esbench/leases.py's.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import socket
-import sys
 import tempfile
-import threading
 import time
-import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
-
-log = logging.getLogger(__name__)
 
 RECORD_SCHEMA = "esbench.record/1"
 # The leaderboard release a record is comparable under (esbench.leaderboard.release freezes it in releases/).
@@ -52,6 +47,7 @@ class Compute(BaseModel):
     tokens: dict[str, int | None]
     train_seconds: float = Field(ge=0)
     devices: int = Field(ge=1)
+    device: str | None = None  # the device kind ("cuda", "cpu"); records written before it have none
     device_seconds: float = Field(ge=0)
     curve: list[dict[str, int]]  # {"update", "flops"} at each probe point
 
@@ -59,17 +55,26 @@ class Compute(BaseModel):
 class TaskMetrics(BaseModel):
     """One task's numbers; every one is recomputable from `per_problem` and the samples."""
 
-    model_config = ConfigDict(extra="allow")  # pass@k and maj@k for each k, greedy, entropies
+    model_config = ConfigDict(extra="allow")  # pass@k and maj@k for each k (`metric`)
 
     problems: int = Field(ge=0)
     n: int = Field(ge=0)
     per_problem: list[tuple[int, int]]
     format_rate: float
+    greedy: float | None = None  # eval.greedy's pass
+    entropy: float | None = None  # eval.entropy: nats per response token
+    answer_entropy: float | None = None  # bits over answer clusters; records written before it have none
+    entropy_per_problem: list[float | None] | None = None  # the paired evidence of claim C3
+
+    def metric(self, name: str) -> float | None:
+        """`pass@k` or `maj@k` (one extra field each k), None where this task was not measured at that k."""
+        value = (self.model_extra or {}).get(name)
+        return None if value is None else float(value)
 
 
 class Record(BaseModel):
     """`record.json` (schema `esbench.record/1`), field by field in docs/architecture.md. The runner validates every
-    record against this model before writing it; analyses sections (`drift`, `diversity`, `sparsity`) are extra."""
+    record against this model before writing it; the analyses sections are optional, and other keys are extra."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
@@ -84,6 +89,75 @@ class Record(BaseModel):
     compute: Compute | None = None  # trained cells; records written before it have none
     timings: dict[str, float]
     provenance: dict[str, Any]
+    drift: dict[str, Any] | None = None  # esbench.analyses: parameter drift of trained (and checkpoint) cells
+    diversity: dict[str, Any] | None = None  # esbench.analyses: the σ-population's JS diversity
+    sparsity: list[dict[str, Any]] | None = None  # esbench.analyses: per-τ evaluations of the thresholded update
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record as record.json holds it, for the modules that take records as plain data (`esbench.claims`)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
+class SampleRow(BaseModel):
+    """One problem of samples/<task>.jsonl (`esbench.evaluation.score_samples`): its responses, each one's extracted
+    answer (None: none found) and correctness. lm-eval's own pass@1 and any verifier errors are extra."""
+
+    model_config = ConfigDict(extra="allow")
+
+    doc_id: int
+    doc: dict[str, Any]
+    resps: list[str]
+    answers: list[str | None]
+    correct: list[bool]
+
+
+class Probe(BaseModel):
+    """The fixed training probe's measurement (`esbench.analyses`), in a train.jsonl row."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)  # format_rate, tokens
+
+    entropy: float
+    success: float
+    pass_at_k: dict[str, float | None] = Field(default_factory=dict, alias="pass@k")  # {"1": ..., "4": ...}
+
+
+class TrainRow(BaseModel):
+    """One row of train.jsonl, at `update`: an update's numbers or a probe measurement. Every method logs its own
+    keys (GRPO's loss and KL, ES's update norm, a sequence's stage); the common ones are typed, the rest are extra."""
+
+    model_config = ConfigDict(extra="allow")
+
+    update: int
+    reward_mean: float | None = None
+    tokens: int | None = None  # prompt + generated tokens of the update (App. G.2 FLOPs)
+    tokens_generated: int | None = None
+    probe: Probe | None = None
+
+
+class EventRow(BaseModel):
+    """One line of events.jsonl (`Events.emit`): what happened, when, and where; `stage`, `error` where given."""
+
+    model_config = ConfigDict(extra="allow")
+
+    t: float
+    event: str  # started, stage, done, failed
+    host: str
+    pid: int
+    stage: str | None = None
+
+
+Row = TypeVar("Row", bound=BaseModel)
+
+
+def method_key(spec: dict[str, Any]) -> str:
+    """A cell spec's method as the paper's tables name it: `es`, `grpo`, ... or `sequence:es,grpo` for a composition
+    (ES->GRPO). The one key the claims, the paper map and the artifact rule match a cell by, so they never disagree on
+    what "ES" is."""
+    m = spec["method"]
+    if m["kind"] == "sequence":
+        return "sequence:" + ",".join(s["kind"] for s in m["config"].get("stages", []))
+    kind: str = m["kind"]
+    return kind
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -125,7 +199,7 @@ class CellDir:
     samples = property(lambda self: self.path / "samples")  # per-sample evidence, one JSONL per task and pass
     record = property(lambda self: self.path / "record.json")  # written last: the cell is done when it exists
     work = property(lambda self: self.path / "work")  # method checkpoints; removed once the record is written
-    lease = property(lambda self: self.path / ".lease")  # who is running the cell (`Lease`)
+    lease = property(lambda self: self.path / ".lease")  # who is running the cell (`esbench.leases.Lease`)
     error_log = property(lambda self: self.path / "error.log")  # the traceback of a failed attempt
     lm_eval_log = property(lambda self: self.path / "lm_eval.log")
     log = property(lambda self: self.path / "esbench.log")  # library logs of `esbench run-cell`
@@ -136,6 +210,22 @@ class CellDir:
     def status(self) -> str:
         return status(self.path)
 
+    def read_record(self) -> Record:
+        """record.json, validated: a record that is not one fails here, not in the middle of a report."""
+        return Record.model_validate(json.loads(self.record.read_text()))
+
+    def sample_rows(self, task: str) -> list[SampleRow]:
+        """samples/<task>.jsonl: the sampled pass's evidence, one row a problem."""
+        return _validated(SampleRow, read_jsonl(self.samples / f"{task}.jsonl"))
+
+    def train_rows(self) -> list[TrainRow]:
+        """train.jsonl; no rows where the cell has no training log."""
+        return _validated(TrainRow, read_jsonl(self.train_log, missing_ok=True))
+
+    def event_rows(self) -> list[EventRow]:
+        """events.jsonl as a driver reads it while the cell runs (`Events.read`)."""
+        return Events(self.events).read()
+
 
 def status(directory: Path) -> str:
     if (directory / "record.json").exists():
@@ -145,12 +235,49 @@ def status(directory: Path) -> str:
     return "pending"
 
 
+def jsonl_line(row: dict[str, Any]) -> str:
+    """One row as esbench writes it to a JSON-lines file."""
+    return json.dumps(row, sort_keys=True) + "\n"
+
+
 def append_jsonl(path: Path, row: dict[str, Any]) -> None:
     """Append one line and fsync it: a kill loses at most the line being written, never an earlier one."""
     with open(path, "a") as f:
-        f.write(json.dumps(row, sort_keys=True) + "\n")
+        f.write(jsonl_line(row))
         f.flush()
         os.fsync(f.fileno())
+
+
+def read_jsonl(path: Path, *, missing_ok: bool = False, live: bool = False) -> list[dict[str, Any]]:
+    """The rows of a JSON-lines file, blank lines skipped: the one reader of the .jsonl files esbench writes.
+
+    `missing_ok`: a file that does not exist has no rows. `live`: another process may be appending to the file right
+    now (a driver following a cell's events): a file that cannot be read has no rows, and a line that does not parse
+    (the one being written) is skipped."""
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        if missing_ok or live:
+            return []
+        raise
+    except OSError:
+        if live:
+            return []
+        raise
+    rows: list[dict[str, Any]] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            if not live:
+                raise
+    return rows
+
+
+def _validated(model: type[Row], rows: list[dict[str, Any]]) -> list[Row]:
+    return [model.model_validate(r) for r in rows]
 
 
 class Events:
@@ -165,248 +292,17 @@ class Events:
         row = {"t": round(time.time(), 3), "event": event, "host": socket.gethostname(), "pid": os.getpid()}
         append_jsonl(self.path, {**row, **fields})
 
-    def read(self) -> list[dict[str, Any]]:
-        try:
-            lines = self.path.read_text().splitlines()
-        except OSError:
-            return []
-        out = []
-        for line in lines:
-            try:
-                out.append(json.loads(line))
-            except ValueError:  # a line being written right now
-                continue
-        return out
+    def read(self) -> list[EventRow]:
+        return _validated(EventRow, read_jsonl(self.path, live=True))
 
     def attempt(self) -> tuple[int, str] | None:
         """The latest attempt, for a progress bar: (stages it has passed, what its newest event says)."""
         rows = self.read()
-        starts = [i for i, r in enumerate(rows) if r["event"] == "started"]
+        starts = [i for i, r in enumerate(rows) if r.event == "started"]
         if not starts:
             return None
         last = rows[-1]
-        return sum(r["event"] == "stage" for r in rows[starts[-1] :]), last.get("stage") or last["event"]
-
-
-class CellBusy(RuntimeError):
-    pass
-
-
-def _proc_stat(pid: int) -> tuple[str, int]:
-    """(state, start time in clock ticks since boot) of `pid`, from /proc/<pid>/stat (fields 3 and 22)."""
-    text = Path(f"/proc/{pid}/stat").read_text()
-    fields = text[text.rindex(")") + 2 :].split()  # after "pid (comm) ": a comm may hold spaces and parentheses
-    return fields[0], int(fields[19])
-
-
-def _read_first_line(path: str) -> str | None:
-    try:
-        return Path(path).read_text().strip() or None
-    except OSError:
-        return None
-
-
-def _this_host() -> dict[str, str | None]:
-    """Where a lease's pid means something: the host name, its boot (a pid of an earlier boot is dead) and the pid
-    namespace (a container's pids are not this host's)."""
-    try:
-        pidns = os.readlink("/proc/self/ns/pid")
-    except OSError:
-        pidns = None
-    return {"host": socket.gethostname(), "boot": _read_first_line("/proc/sys/kernel/random/boot_id"), "pidns": pidns}
-
-
-def holder_alive(pid: int, start: int | None) -> bool:
-    """Whether process `pid` of this host is alive and is the one that started at `start` (clock ticks since boot).
-
-    os.kill(pid, 0) alone succeeds on an unreaped zombie (a holder killed with -9 whose parent has not waited for it)
-    and on an unrelated process that reused the pid. Where /proc is missing, it is the fallback all the same."""
-    try:
-        state, started = _proc_stat(pid)
-    except FileNotFoundError:
-        if Path("/proc/self/stat").exists():
-            return False  # /proc works and has no such process
-    except (OSError, ValueError, IndexError):
-        pass
-    else:
-        return state not in ("Z", "X", "x") and (start is None or started == start)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
-
-
-class Lease:
-    """An expiring claim on a cell folder, held in `.lease` and renewed by a heartbeat thread every `ttl`/3.
-
-    Who may take a held lease over:
-    - a holder on this host (same host name, boot and pid namespace) is checked directly: once its process is gone,
-      a zombie, or its pid reused by another process (the start time recorded in the lease differs), the lease is
-      taken over at once. A live local holder is another run of the same cell right now: `CellBusy` at once, since
-      waiting could only last as long as that whole run.
-    - a holder elsewhere (another node on a shared file system, a container) can only be judged by its renewals: the
-      new run prints once who holds it and until when, and waits up to the holder's ttl (or `wait` seconds). The
-      lease is stale once it expired by this clock or was seen unchanged for its ttl (immune to clock skew); a
-      holder still renewing it after the wait is alive, and the run fails with `CellBusy`.
-
-    Race safety: a lease is created by link(2) of a complete temp file (atomic like O_EXCL, also on NFS, and never
-    seen half-written). Contenders for one stale lease first take its claim file, `.lease.<key>.claim`, which is
-    itself a Lease taken the same way (a claimer killed mid-takeover is a stale claim); only the claim's holder
-    replaces the stale lease, by rename, after checking it is still the lease it judged stale. So exactly one
-    contender wins, and one that judged an older lease stale backs off. The heartbeat stops if its lease was taken.
-    """
-
-    def __init__(self, path: Path, ttl: float = 120.0, wait: float | None = None):
-        self.path, self.ttl, self.wait = Path(path), ttl, wait
-        self.host, self.pid = socket.gethostname(), os.getpid()
-        self.token = f"{self.host}:{self.pid}:{uuid.uuid4().hex}"
-        try:
-            self.start: int | None = _proc_stat(self.pid)[1]
-        except (OSError, ValueError, IndexError):
-            self.start = None
-        self._seen: dict[str, float] = {}  # digest of a foreign lease body -> when this process first saw it
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def _body(self) -> str:
-        ids = {"token": self.token, "pid": self.pid, "start": self.start, **_this_host(), "ttl": self.ttl}
-        return json.dumps({**ids, "expires": time.time() + self.ttl})
-
-    @staticmethod
-    def _held(path: Path) -> dict[str, Any] | None:
-        """The lease at `path` with its `key` (names its claim) and `digest` (changes with each renewal); None if
-        there is none."""
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
-            return None
-        try:
-            held = json.loads(raw)
-        except ValueError:
-            held = None
-        held = held if isinstance(held, dict) else {}  # unreadable (an old version's half-written lease): stale
-        key = str(held.get("token")) if "token" in held else raw.hex()
-        digest = hashlib.sha256(raw).hexdigest()
-        return {**held, "key": hashlib.sha256(key.encode()).hexdigest()[:16], "digest": digest}
-
-    def _verdict(self, held: dict[str, Any]) -> str:
-        """'stale' (take it over now), 'here' (a live process of this host holds it) or 'elsewhere' (wait)."""
-        here = _this_host()
-        try:
-            pid, start, expires = int(held["pid"]), held.get("start"), float(held["expires"])
-        except (KeyError, TypeError, ValueError):
-            return "stale"
-        if held.get("host") == here["host"]:
-            if held.get("boot") and here["boot"] and held["boot"] != here["boot"]:
-                return "stale"  # written before this host last booted
-            if held.get("pidns") in (None, here["pidns"]):
-                return "here" if holder_alive(pid, start) else "stale"
-        if expires < time.time():
-            return "stale"
-        first = self._seen.setdefault(held["digest"], time.monotonic())
-        return "stale" if time.monotonic() - first >= float(held.get("ttl", self.ttl)) else "elsewhere"
-
-    def acquire(self, renew: bool = True) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        deadline = None
-        while True:
-            held = self._held(self.path)
-            if held is None:
-                if self._create():
-                    break
-                continue
-            verdict = self._verdict(held)
-            if verdict == "stale":
-                if self._take_over(held):
-                    break
-                time.sleep(0.02)  # another contender is taking it over: look again
-                continue
-            who = f"pid {held['pid']} on {'this host' if verdict == 'here' else held.get('host')}"
-            if verdict == "here":
-                raise CellBusy(f"{self.path.parent} is being run by another esbench process ({who})")
-            ttl = float(held.get("ttl", self.ttl))
-            poll = min(5.0, max(0.02, ttl / 20))
-            if deadline is None:
-                wait = self.wait if self.wait is not None else ttl + poll
-                deadline = time.monotonic() + wait
-                if wait > 0:
-                    until = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(held["expires"])))
-                    note = (
-                        f"{self.path.parent} is leased by {who} until {until}; "
-                        f"waiting up to {wait:.0f} s for it to be released or to expire"
-                    )
-                    print(f"esbench: {note}", file=sys.stderr, flush=True)
-                    log.warning(note)
-            if time.monotonic() >= deadline:
-                raise CellBusy(f"{self.path.parent} is being run by another esbench process ({who}, still renewed)")
-            time.sleep(poll)
-        if renew:
-            self._thread = threading.Thread(target=self._renew, daemon=True)
-            self._thread.start()
-
-    def _create(self) -> bool:
-        """Create the lease only if there is none: link(2) of a complete temp file (O_EXCL where links fail)."""
-        tmp = self.path.with_name(f"{self.path.name}.{uuid.uuid4().hex}.tmp")
-        tmp.write_text(self._body())
-        try:
-            os.link(tmp, self.path)
-        except FileExistsError:
-            return False
-        except OSError:  # a file system without hard links
-            try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                return False
-            with os.fdopen(fd, "w") as f:
-                f.write(self._body())
-        finally:
-            tmp.unlink(missing_ok=True)
-        return True
-
-    def _take_over(self, held: dict[str, Any]) -> bool:
-        """Replace the stale lease `held` with ours, if this process wins its claim and it is still there."""
-        claim = Lease(self.path.with_name(f"{self.path.name}.{held['key']}.claim"), ttl=self.ttl, wait=0)
-        claim._seen = self._seen  # a claimer on another node is judged over successive attempts
-        try:
-            claim.acquire(renew=False)
-        except CellBusy:
-            return False
-        try:
-            now = self._held(self.path)
-            if now is None or now["key"] != held["key"]:
-                return False  # taken over or released since it was judged: look again
-            atomic_write_text(self.path, self._body())  # a rename: the path is never absent for a creator to take
-            return True
-        finally:
-            claim.release()
-
-    def _renew(self) -> None:
-        while not self._stop.wait(self.ttl / 3):
-            held = self._held(self.path)
-            if held is None or held.get("token") != self.token:
-                log.error("%s: lease lost (taken over by %s); no longer renewed", self.path, (held or {}).get("host"))
-                return
-            atomic_write_text(self.path, self._body())
-
-    def release(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        try:
-            if json.loads(self.path.read_text()).get("token") == self.token:
-                self.path.unlink()
-        except (OSError, ValueError):
-            pass
-
-    def __enter__(self) -> Lease:
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.release()
+        return sum(r.event == "stage" for r in rows[starts[-1] :]), last.stage or last.event
 
 
 # Releases whose records were evaluated with the cell seed itself; later ones use `eval_seed`.
@@ -451,8 +347,8 @@ def write_record(path: Path, record: dict[str, Any]) -> None:
     atomic_write_json(path, record)
 
 
-def read_record(directory: Path) -> dict[str, Any]:
-    return json.loads((directory / "record.json").read_text())
+def read_record(directory: Path) -> Record:
+    return CellDir(directory).read_record()
 
 
 def sha256_file(path: Path) -> str:

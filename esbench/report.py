@@ -7,44 +7,29 @@ Tables follow the paper's layout (arXiv 2608.27351): Pass@k per task with an Ave
 verdicts on the paper's headline claims (`esbench.claims`). Everything is recomputed from what the records and
 samples hold; nothing is re-run.
 
-The numbers are gathered here (`build`); report_render.py draws them as Markdown tables and plots.
+The numbers are gathered here (`build`) from the typed cells of report_cells.py; report_render.py draws them as
+Markdown tables and plots, report_compute.py its compute view, and `render_markdown` and `plots` here join the two.
 """
 
 from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from esbench import claims, report_compute, report_experiments
+from esbench import claims, report_compute, report_experiments, report_render
 from esbench.es import BF16_MODES
 from esbench.metrics.bootstrap import paired_bootstrap
 from esbench.metrics.passk import majority_correct, pass_at_k
 from esbench.records import atomic_write_text
-from esbench.report_render import plots, render_markdown
-
-# ---------------------------------------------------------------------------------------------------------------
-# loading
+from esbench.report_cells import ReportCell, load_run
 
 
-def load_run(run_dir: Path) -> list[dict[str, Any]]:
-    """Every finished cell under `run_dir` (a suite folder or a folder of suites), with its folder."""
-    records = []
-    for path in sorted(Path(run_dir).glob("**/record.json")):
-        if "submissions" in path.parts:
-            continue
-        rec = json.loads(path.read_text())
-        rec["_dir"] = path.parent
-        records.append(rec)
-    if not records:
-        raise FileNotFoundError(f"no record.json under {run_dir}: nothing to report (run `esbench run` first)")
-    return records
-
-
-def label(rec: dict[str, Any], many_budgets: bool, many_seeds: bool) -> str:
-    lab = rec["cell"]["labels"]
-    s = rec["cell"]["spec"]
+def label(cell: ReportCell, many_budgets: bool, many_seeds: bool) -> str:
+    lab = cell.record.cell["labels"]
+    s = cell.spec
     out = f"{lab['model']}/{lab['method']}"
     if many_budgets and lab["method"] != "base":
         out += f"/b{s['budget']}"
@@ -53,65 +38,63 @@ def label(rec: dict[str, Any], many_budgets: bool, many_seeds: bool) -> str:
     return out
 
 
-def _samples(rec: dict[str, Any], task: str) -> list[dict[str, Any]]:
-    path = rec["_dir"] / "samples" / f"{task}.jsonl"
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-
-
-def per_problem(rec: dict[str, Any], task: str, metric: str) -> list[float]:
+def per_problem(cell: ReportCell, task: str, metric: str) -> list[float]:
     """Per-problem values of `pass@k` (from [n, c]) or `maj@k` (from the logged answers) for the bootstrap."""
     kind, k = metric.split("@")
     if kind == "pass":
-        return [pass_at_k(n, c, int(k)) for n, c in rec["metrics"][task]["per_problem"]]
-    return [float(majority_correct(r["answers"], r["correct"], int(k))) for r in _samples(rec, task)]
+        return [pass_at_k(n, c, int(k)) for n, c in cell.record.metrics[task].per_problem]
+    return [float(majority_correct(r.answers, r.correct, int(k))) for r in cell.samples(task)]
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # tables
 
 
-def report_ks(records: list[dict[str, Any]]) -> list[int]:
+def report_ks(cells: list[ReportCell]) -> list[int]:
     """The paper's K columns (1, 16, 32) that this run measured; else 1 and its largest k."""
-    common = set.intersection(*(set(r["cell"]["spec"]["eval"]["k"]) for r in records))
+    common = set.intersection(*(set(c.spec["eval"]["k"]) for c in cells))
     ks = [k for k in (1, 16, 32) if k in common]
     return ks if len(ks) > 1 else sorted({1, max(common)})
 
 
-def accuracy(records, labels, ks) -> dict[str, Any]:
-    tasks = list(records[0]["metrics"])
+def accuracy(cells: list[ReportCell], ks: list[int]) -> dict[str, Any]:
+    tasks = list(cells[0].record.metrics)
     rows = []
-    for rec in records:
-        vals = {t: {f"pass@{k}": rec["metrics"][t].get(f"pass@{k}") for k in ks} for t in tasks}
+    for cell in cells:
+        metrics = cell.record.metrics
+        vals = {t: {f"pass@{k}": metrics[t].metric(f"pass@{k}") for k in ks} for t in tasks}
         for t in tasks:
             for k in ks:
                 if k > 1:
-                    vals[t][f"maj@{k}"] = rec["metrics"][t].get(f"maj@{k}")
-            vals[t]["greedy"] = rec["metrics"][t].get("greedy")
-        avg = {m: sum(vals[t][m] for t in tasks) / len(tasks) for m in vals[tasks[0]] if vals[tasks[0]][m] is not None}
-        rows.append({"cell": labels[id(rec)], "tasks": vals, "average": avg})
-    return {"tasks": tasks, "held_out": records[0].get("held_out", []), "ks": ks, "rows": rows}
+                    vals[t][f"maj@{k}"] = metrics[t].metric(f"maj@{k}")
+            vals[t]["greedy"] = metrics[t].greedy
+        # one eval spec for every task: a metric is measured on all of them or on none
+        first = vals[tasks[0]]
+        avg = {m: sum(cast(float, vals[t][m]) for t in tasks) / len(tasks) for m in first if first[m] is not None}
+        rows.append({"cell": cell.label, "tasks": vals, "average": avg})
+    return {"tasks": tasks, "held_out": cells[0].record.held_out, "ks": ks, "rows": rows}
 
 
-def forgetting(records, labels, ks, iters: int = 2000) -> dict[str, Any]:
+def forgetting(cells: list[ReportCell], ks: list[int], iters: int = 2000) -> dict[str, Any]:
     """Held-out change against the same model's base cell (same seed when there is one), in Table 10's columns."""
     metrics = [f"pass@{k}" for k in ks] + [f"maj@{k}" for k in ks if k > 1]
-    bases = {(r["cell"]["labels"]["model"], r["cell"]["spec"]["seed"]): r for r in records if _is_base(r)}
+    bases = {(c.model, c.spec["seed"]): c for c in cells if c.is_base}
     any_base = {k[0]: v for k, v in bases.items()}
     rows = []
-    for rec in records:
-        if _is_base(rec):
+    for rec in cells:
+        if rec.is_base:
             continue
-        model = rec["cell"]["labels"]["model"]
-        base = bases.get((model, rec["cell"]["spec"]["seed"])) or any_base.get(model)
+        model = rec.model
+        base = bases.get((model, rec.spec["seed"])) or any_base.get(model)
         if base is None:
             continue
-        held = rec.get("held_out", [])
+        held = rec.record.held_out
         per_task: dict[str, dict[str, dict[str, float]]] = {}
         for t in held:
             per_task[t] = {
                 m: paired_bootstrap(per_problem(base, t, m), per_problem(rec, t, m), iters=iters) for m in metrics
             }
-        mean = {}
+        mean: dict[str, Mapping[str, float | None]] = {}
         for m in metrics:  # mean over held-out tasks: bootstrap the per-problem mean of the task means
             a = [per_problem(base, t, m) for t in held]
             b = [per_problem(rec, t, m) for t in held]
@@ -124,19 +107,8 @@ def forgetting(records, labels, ks, iters: int = 2000) -> dict[str, Any]:
             elif held:
                 d = sum(per_task[t][m]["delta"] for t in held) / len(held)
                 mean[m] = {"delta": d, "lo": None, "hi": None, "se": None}
-        rows.append({"cell": labels[id(rec)], "base": labels[id(base)], "tasks": per_task, "mean": mean})
+        rows.append({"cell": rec.label, "base": base.label, "tasks": per_task, "mean": mean})
     return {"metrics": metrics, "rows": rows}
-
-
-def _is_base(rec: dict[str, Any]) -> bool:
-    return rec["cell"]["spec"]["method"]["kind"] == "base"
-
-
-def _method_family(rec: dict[str, Any]) -> str:
-    m = rec["cell"]["spec"]["method"]
-    if m["kind"] == "sequence":
-        return "→".join(s["kind"] for s in m["config"]["stages"])
-    return m["kind"]
 
 
 # Table 4's max |Δθ| (paper text beside the table; not in paper_tables.json): exact bf16 steps.
@@ -156,8 +128,8 @@ def _paper_table4() -> dict[tuple[str, str], dict[str, float]]:
             if v["table"] == 4 and v["column"] in ("GRPO", "Full ES"):
                 key = "relative_l2" if v["metric"] == "l2_drift_rel" else "ratio"
                 out[v["model"], v["method"]][key] = v["value"] * (1e-2 if key == "relative_l2" else 1)
-    for key, value in _PAPER_MAX_DELTA.items():
-        out[key]["max_abs_delta"] = value
+    for model_method, value in _PAPER_MAX_DELTA.items():
+        out[model_method]["max_abs_delta"] = value
     return dict(out)
 
 
@@ -176,24 +148,24 @@ def _has_master(rows: list[dict[str, Any]]) -> bool:
     return any(r["master"] for r in rows)
 
 
-def drift_table(records, labels) -> dict[str, Any]:
+def drift_table(cells: list[ReportCell]) -> dict[str, Any]:
     """Table 4 from the saved-weights drift (`drift`), the fp32 master's beside it (`drift.master`), and the paper's
     values for the same model. Older records have no `weights`: their drift is of the weights as trained."""
     paper = _paper_table4()
     rows = []
-    for rec in records:
-        if "drift" not in rec:
+    for rec in cells:
+        d = rec.record.drift
+        if d is None:
             continue
-        d = rec["drift"]
-        family = _method_family(rec)
-        model_name = rec["cell"]["spec"]["model"]["path"].rstrip("/").rsplit("/", 1)[-1]
+        family = rec.family
+        model_name = rec.spec["model"]["path"].rstrip("/").rsplit("/", 1)[-1]
         rows.append(
             {
-                "cell": labels[id(rec)],
-                "model": rec["cell"]["labels"]["model"],
+                "cell": rec.label,
+                "model": rec.model,
                 "model_name": model_name,
                 "method": family,
-                "precision": _precision(rec) if rec["cell"]["spec"]["method"]["kind"] == "es" else None,
+                "precision": rec.precision if rec.spec["method"]["kind"] == "es" else None,
                 "weights": d.get("weights"),
                 "relative_l2": d["relative_l2"],
                 "max_abs_delta": d["max_abs_delta"],
@@ -211,15 +183,15 @@ def drift_table(records, labels) -> dict[str, Any]:
     # says how much of it exact arithmetic keeps. The GRPO side is the trained GRPO cells, else the checkpoint cells
     # with a base (the hard setting's SofT-GRPO). `ratio_master`: the same, each side's fp32 master where it has one.
     ratios = []
-    es_by = defaultdict(lambda: defaultdict(list))
-    grpo_by: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    es_by: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    grpo_by: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
         if r["method"] == "es":
             es_by[r["model"]][r["precision"]].append(r)
         elif r["method"] in ("grpo", "checkpoint"):
             grpo_by[r["model"]][r["method"]].append(r)
 
-    def mean(rs, master=False):
+    def mean(rs: list[dict[str, Any]], master: bool = False) -> float:
         vals = [(r["master"] if master and r["master"] else r)["relative_l2"] for r in rs]
         return sum(vals) / len(vals)
 
@@ -247,25 +219,25 @@ def drift_table(records, labels) -> dict[str, Any]:
     return {"rows": rows, "es_over_grpo": ratios}
 
 
-def bf16_pairs(records, labels) -> list[dict[str, Any]]:
+def bf16_pairs(cells: list[ReportCell]) -> list[dict[str, Any]]:
     """ES cells identical but for `precision`: how much of paper-bf16's drift exact arithmetic does not make."""
     out = []
-    es = [r for r in records if r["cell"]["spec"]["method"]["kind"] == "es" and "drift" in r]
+    es = [r for r in cells if r.spec["method"]["kind"] == "es" and r.record.drift is not None]
     for b in es:
-        cfg_b = b["cell"]["spec"]["method"]["config"]
-        if _precision(b) not in BF16_MODES:
+        cfg_b = b.spec["method"]["config"]
+        if b.precision not in BF16_MODES:
             continue
         for f in es:
-            cfg_f = f["cell"]["spec"]["method"]["config"]
+            cfg_f = f.spec["method"]["config"]
             ignore = {"precision": None, "checkpoint_every": None}  # operational, not part of the configuration
             same = {**cfg_f, **ignore} == {**cfg_b, **ignore}
-            if _precision(f) == "fp32-master" and same and _same_but_method(f, b):
-                db, df = b["drift"], f["drift"]
+            if f.precision == "fp32-master" and same and _same_but_method(f, b):
+                db, df = b.record.drift or {}, f.record.drift or {}
                 out.append(
                     {
-                        "fp32": labels[id(f)],
-                        "bf16": labels[id(b)],
-                        "bf16_precision": _precision(b),
+                        "fp32": f.label,
+                        "bf16": b.label,
+                        "bf16_precision": b.precision,
                         "relative_l2_fp32": df["relative_l2"],
                         "relative_l2_bf16": db["relative_l2"],
                         "excess_share": 1 - (df["l2"] / db["l2"]) ** 2 if db["l2"] else None,
@@ -277,35 +249,33 @@ def bf16_pairs(records, labels) -> list[dict[str, Any]]:
     return out
 
 
-def _precision(rec) -> str:
-    return rec["cell"]["spec"]["method"]["config"].get("precision", "fp32-master")
-
-
-def _same_but_method(a, b) -> bool:
-    sa, sb = dict(a["cell"]["spec"]), dict(b["cell"]["spec"])
+def _same_but_method(a: ReportCell, b: ReportCell) -> bool:
+    sa, sb = dict(a.spec), dict(b.spec)
     sa.pop("method"), sb.pop("method")
     return sa == sb
 
 
-def sparsity_table(records, labels) -> list[dict[str, Any]]:
-    return [{"cell": labels[id(r)], "full": _full(r), "rows": r["sparsity"]} for r in records if r.get("sparsity")]
+def sparsity_table(cells: list[ReportCell]) -> list[dict[str, Any]]:
+    return [{"cell": r.label, "full": _full(r), "rows": r.record.sparsity} for r in cells if r.record.sparsity]
 
 
-def _full(rec) -> dict[str, Any]:
-    task = rec["sparsity"][0]["task"]
-    return {"task": task, "pass@1": rec["metrics"][task]["pass@1"], "relative_l2": rec["drift"]["relative_l2"]}
+def _full(cell: ReportCell) -> dict[str, Any]:
+    rec = cell.record
+    task = (rec.sparsity or [])[0]["task"]
+    return {"task": task, "pass@1": rec.metrics[task].metric("pass@1"), "relative_l2": (rec.drift or {})["relative_l2"]}
 
 
-def entropy_table(records, labels) -> list[dict[str, Any]]:
+def entropy_table(cells: list[ReportCell]) -> list[dict[str, Any]]:
     rows = []
-    for rec in records:
+    for rec in cells:
+        metrics = rec.record.metrics
         rows.append(
             {
-                "cell": labels[id(rec)],
-                "eval": {t: m.get("entropy") for t, m in rec["metrics"].items()},
-                "answer_entropy": {t: m.get("answer_entropy") for t, m in rec["metrics"].items()},
-                "probe": rec.get("train", {}).get("probe"),
-                "diversity": rec.get("diversity"),
+                "cell": rec.label,
+                "eval": {t: m.entropy for t, m in metrics.items()},
+                "answer_entropy": {t: m.answer_entropy for t, m in metrics.items()},
+                "probe": rec.record.train.get("probe"),
+                "diversity": rec.record.diversity,
             }
         )
     return rows
@@ -313,43 +283,55 @@ def entropy_table(records, labels) -> list[dict[str, Any]]:
 
 def build(run_dir: Path, iters: int = 2000) -> dict[str, Any]:
     """All of the report's numbers, as plain data (what `--json` prints)."""
-    records = load_run(run_dir)
-    many_budgets = len({r["cell"]["spec"]["budget"] for r in records if not _is_base(r)}) > 1
-    many_seeds = len({r["cell"]["spec"]["seed"] for r in records}) > 1
-    records.sort(key=lambda r: (r["cell"]["labels"]["model"], not _is_base(r), r["cell"]["name"]))
-    labels = {id(r): label(r, many_budgets, many_seeds) for r in records}
-    ks = report_ks(records)
+    cells = load_run(run_dir)
+    many_budgets = len({c.spec["budget"] for c in cells if not c.is_base}) > 1
+    many_seeds = len({c.spec["seed"] for c in cells}) > 1
+    cells.sort(key=lambda c: (c.model, not c.is_base, c.record.cell["name"]))
+    for c in cells:
+        c.label = label(c, many_budgets, many_seeds)
+    ks = report_ks(cells)
     data = {
         "run_dir": str(run_dir),
-        "cells": len(records),
-        "accuracy": accuracy(records, labels, ks),
-        "forgetting": forgetting(records, labels, ks, iters),
-        "drift": drift_table(records, labels),
-        "bf16": bf16_pairs(records, labels),
-        "sparsity": sparsity_table(records, labels),
-        "entropy": entropy_table(records, labels),
-        "curves": _curves(records, labels),
-        "experiments": report_experiments.build(records, labels),
-        "compute": report_compute.build(records, labels, ks),
-        "claims": claims.evaluate(records),  # the paper's claims C1-C6: fixed resamples and seed, not `iters`
+        "cells": len(cells),
+        "accuracy": accuracy(cells, ks),
+        "forgetting": forgetting(cells, ks, iters),
+        "drift": drift_table(cells),
+        "bf16": bf16_pairs(cells),
+        "sparsity": sparsity_table(cells),
+        "entropy": entropy_table(cells),
+        "curves": _curves(cells),
+        "experiments": report_experiments.build(cells),
+        "compute": report_compute.build(cells, ks),
+        # the paper's claims C1-C6: fixed resamples and seed, not `iters`
+        "claims": claims.evaluate([c.record.as_dict() for c in cells]),
     }
     return data
 
 
-def _curves(records, labels) -> dict[str, Any]:
+def _curves(cells: list[ReportCell]) -> dict[str, Any]:
     out: dict[str, Any] = {"passk": {}, "training": {}}
-    for rec in records:
-        out["passk"][labels[id(rec)]] = {
-            t: {k: m[f"pass@{k}"] for k in rec["cell"]["spec"]["eval"]["k"]} for t, m in rec["metrics"].items()
+    for rec in cells:
+        out["passk"][rec.label] = {
+            t: {k: m.metric(f"pass@{k}") for k in rec.spec["eval"]["k"]} for t, m in rec.record.metrics.items()
         }
-        if (rec["_dir"] / "train.jsonl").exists():
-            rows = report_experiments.train_rows(rec)
-            out["training"][labels[id(rec)]] = {
-                "reward": [(r["update"], r["reward_mean"]) for r in rows if "reward_mean" in r],
-                "probe_entropy": [(r["update"], r["probe"]["entropy"]) for r in rows if "probe" in r],
-                "probe_success": [(r["update"], r["probe"]["success"]) for r in rows if "probe" in r],
+        if rec.train_logged:
+            rows = rec.train
+            out["training"][rec.label] = {
+                "reward": [(r.update, r.reward_mean) for r in rows if r.reward_mean is not None],
+                "probe_entropy": [(r.update, r.probe.entropy) for r in rows if r.probe is not None],
+                "probe_success": [(r.update, r.probe.success) for r in rows if r.probe is not None],
             }
     return out
+
+
+def render_markdown(data: dict[str, Any]) -> str:
+    """report.md's tables: report_render's sections, then the compute view's."""
+    return "\n".join(report_render.markdown_sections(data) + report_compute.markdown(data.get("compute")))
+
+
+def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
+    """report_render's plots, then the compute view's."""
+    return report_render.plots(data, out_dir) + report_compute.plot(data.get("compute"), out_dir)
 
 
 def write_report(run_dir: Path, out_dir: Path | None = None, iters: int = 2000) -> tuple[dict[str, Any], Path]:

@@ -14,51 +14,46 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from esbench import report_experiments
 from esbench.metrics.compute import format_flops, interpolate
+from esbench.report_cells import ReportCell
+from esbench.report_render import _md, _save
 
 NO_OVERLAP = "not comparable: curves do not overlap"
 NO_CURVE = "not comparable: no probe curve against FLOPs"
 
 
-def _family(rec: dict[str, Any]) -> str:
-    m = rec["cell"]["spec"]["method"]
-    if m["kind"] == "sequence":
-        return "→".join(s["kind"] for s in m["config"]["stages"])
-    return m["kind"]
-
-
-def probe_curve(rec: dict[str, Any]) -> dict[str, list] | None:
+def probe_curve(cell: ReportCell) -> dict[str, list[Any]] | None:
     """The cell's probe metrics against cumulative FLOPs: {"flops": [...], "pass@1": [...], ...}; None without one."""
-    comp = rec.get("compute") or {}
-    at = {p["update"]: p["flops"] for p in comp.get("curve", [])}
-    probes = [r for r in report_experiments.train_rows(rec) if "probe" in r and r["update"] in at]
+    comp = cell.record.compute
+    at = {p["update"]: p["flops"] for p in (comp.curve if comp else [])}
+    probes = [(r.update, r.probe) for r in cell.train if r.probe is not None and r.update in at]
     if not probes:
         return None
-    ks = sorted({k for r in probes for k in r["probe"].get("pass@k", {})}, key=int)
+    ks = sorted({k for _, p in probes for k in p.pass_at_k}, key=int)
     return {
-        "updates": [r["update"] for r in probes],
-        "flops": [at[r["update"]] for r in probes],
-        **{f"pass@{k}": [r["probe"].get("pass@k", {}).get(k) for r in probes] for k in ks},
+        "updates": [u for u, _ in probes],
+        "flops": [at[u] for u, _ in probes],
+        **{f"pass@{k}": [p.pass_at_k.get(k) for _, p in probes] for k in ks},
     }
 
 
-def _metrics(rec: dict[str, Any], ks: list[int]) -> dict[str, Any]:
-    per_task = {t: {f"pass@{k}": m.get(f"pass@{k}") for k in ks} for t, m in rec["metrics"].items()}
+def _metrics(cell: ReportCell, ks: list[int]) -> dict[str, Any]:
+    per_task = {t: {f"pass@{k}": m.metric(f"pass@{k}") for k in ks} for t, m in cell.record.metrics.items()}
     avg = {}
     for k in ks:
         vals = [v[f"pass@{k}"] for v in per_task.values()]
-        avg[f"pass@{k}"] = sum(vals) / len(vals) if vals and None not in vals else None
+        known = [v for v in vals if v is not None]
+        avg[f"pass@{k}"] = sum(known) / len(known) if vals and len(known) == len(vals) else None
     return {"tasks": per_task, "average": avg}
 
 
-def match(a: dict[str, list], b: dict[str, list], metric: str) -> dict[str, Any]:
+def match(a: dict[str, list[Any]], b: dict[str, list[Any]], metric: str) -> dict[str, Any]:
     """Curves `a` (ES) and `b` (GRPO) compared on `metric` at each one's total FLOPs where the other spans it."""
     pa = [(x, y) for x, y in zip(a["flops"], a.get(metric, []), strict=False) if y is not None]
     pb = [(x, y) for x, y in zip(b["flops"], b.get(metric, []), strict=False) if y is not None]
     if not pa or not pb:
         return {"metric": metric, "points": [], "status": NO_CURVE}
-    points = []
+    points: list[dict[str, Any]] = []
     for at, whose in ((max(a["flops"]), "es"), (max(b["flops"]), "grpo")):
         va, vb = interpolate(pa, at), interpolate(pb, at)
         if va is not None and vb is not None and all(p["flops"] != at for p in points):
@@ -66,44 +61,43 @@ def match(a: dict[str, list], b: dict[str, list], metric: str) -> dict[str, Any]
     return {"metric": metric, "points": points, "status": "compared" if points else NO_OVERLAP}
 
 
-def build(records: list[dict[str, Any]], labels: dict[int, str], ks: list[int]) -> dict[str, Any]:
+def build(cells: list[ReportCell], ks: list[int]) -> dict[str, Any]:
     """Per trained cell: FLOPs, device-seconds and Pass@1 / Pass@K; then every ES/GRPO pair of one model and seed
     at matched FLOPs on the probe's Pass@1 and largest common Pass@k."""
     k_hi = max(ks)
     shown = sorted({1, k_hi})
     rows, curves = [], {}
     # a record older than the compute section is a trained one when it has drift (a checkpoint's is against its base)
-    trained = [r for r in records if "compute" in r or ("drift" in r and _family(r) != "checkpoint")]
-    for rec in trained:
-        comp = rec.get("compute") or {}
+    trained = [
+        c for c in cells if c.record.compute is not None or (c.record.drift is not None and c.family != "checkpoint")
+    ]
+    for cell in trained:
+        comp = cell.record.compute
         rows.append(
             {
-                "cell": labels[id(rec)],
-                "method": _family(rec),
-                "formula": comp.get("formula"),
-                "parameters": comp.get("parameters"),
-                "tokens": (comp.get("tokens") or {}).get("total"),
-                "flops": comp.get("flops"),
-                "train_seconds": comp.get("train_seconds"),
-                "devices": comp.get("devices"),
-                "device": comp.get("device"),
-                "device_seconds": comp.get("device_seconds"),
-                **_metrics(rec, shown),
+                "cell": cell.label,
+                "method": cell.family,
+                "formula": comp and comp.formula,
+                "parameters": comp and comp.parameters,
+                "tokens": comp and comp.tokens.get("total"),
+                "flops": comp and comp.flops,
+                "train_seconds": comp and comp.train_seconds,
+                "devices": comp and comp.devices,
+                "device": comp and comp.device,
+                "device_seconds": comp and comp.device_seconds,
+                **_metrics(cell, shown),
             }
         )
-        curve = probe_curve(rec)
+        curve = probe_curve(cell)
         if curve is not None:
-            curves[labels[id(rec)]] = curve
+            curves[cell.label] = curve
     matched = []
-    for es in (r for r in trained if _family(r) == "es"):
-        for grpo in (r for r in trained if _family(r) == "grpo"):
-            if (es["cell"]["labels"]["model"], es["cell"]["spec"]["seed"]) != (
-                grpo["cell"]["labels"]["model"],
-                grpo["cell"]["spec"]["seed"],
-            ):
+    for es in (c for c in trained if c.family == "es"):
+        for grpo in (c for c in trained if c.family == "grpo"):
+            if (es.model, es.spec["seed"]) != (grpo.model, grpo.spec["seed"]):
                 continue
-            a, b = curves.get(labels[id(es)]), curves.get(labels[id(grpo)])
-            entry: dict[str, Any] = {"es": labels[id(es)], "grpo": labels[id(grpo)], "metrics": []}
+            a, b = curves.get(es.label), curves.get(grpo.label)
+            entry: dict[str, Any] = {"es": es.label, "grpo": grpo.label, "metrics": []}
             if a is None or b is None:
                 entry["status"] = NO_CURVE
             else:
@@ -116,7 +110,7 @@ def build(records: list[dict[str, Any]], labels: dict[int, str], ks: list[int]) 
     return {"ks": shown, "rows": rows, "curves": curves, "matched": matched}
 
 
-def _pass_keys(curve: dict[str, list]) -> set[str]:
+def _pass_keys(curve: dict[str, list[Any]]) -> set[str]:
     return {m for m in curve if m.startswith("pass@")}
 
 
@@ -134,8 +128,6 @@ def _secs(x: float | None) -> str:
 
 def markdown(view: dict[str, Any] | None) -> list[str]:
     """The compute section of report.md (empty without trained cells)."""
-    from esbench.report_render import _md
-
     if not view or not view["rows"]:
         return []
     ks = view["ks"]
@@ -202,8 +194,6 @@ def plot(view: dict[str, Any] | None, out_dir: Path) -> list[Path]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from esbench.report_render import _save
 
     fig, ax = plt.subplots(figsize=(6, 3.8))
     for cell, c in view["curves"].items():

@@ -2,7 +2,8 @@
 
 Everything here reads only the plain data dict that report.py's `build` returns (what `--json` prints), never a
 record or a per-sample log, so every number is settled before any of it is formatted. report.py holds the loading
-and the numbers, and re-exports `render_markdown` and `plots` so `esbench.report` still offers them.
+and the numbers, and its `render_markdown` and `plots` join these with the compute view's (report_compute.py, which
+draws with `_md` and `_save` from here).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from esbench import claims, report_compute
+from esbench import claims
 
 
 def _fmt(x: float | None, scale: float = 100.0, digits: int = 1, sign: bool = False) -> str:
@@ -117,7 +118,8 @@ def _ci(b: dict[str, float | None]) -> str:
     return f"{_fmt(b['delta'], sign=True)} [{_fmt(b['lo'], sign=True)}, {_fmt(b['hi'], sign=True)}]"
 
 
-def render_markdown(data: dict[str, Any]) -> str:
+def markdown_sections(data: dict[str, Any]) -> list[str]:
+    """report.md's lines, up to the compute view (report.py's `render_markdown` adds it)."""
     acc = data["accuracy"]
     ks, tasks = acc["ks"], acc["tasks"]
     held = set(acc["held_out"])
@@ -229,8 +231,7 @@ def render_markdown(data: dict[str, Any]) -> str:
     out += [_md(header, rows), ""]
     if data.get("experiments"):
         out += _experiments_md(data["experiments"])
-    out += report_compute.markdown(data.get("compute"))
-    return "\n".join(out)
+    return out
 
 
 def claims_md(data: dict[str, Any] | None) -> list[str]:
@@ -322,6 +323,7 @@ def _experiments_md(ex: dict[str, Any]) -> list[str]:
 
 
 def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
+    """The report's PNG plots but the compute view's (report.py's `plots` adds it)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -364,15 +366,15 @@ def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
 
     ex = data.get("experiments") or {}
     if ex.get("probe"):
-        ks = sorted({k for c in ex["probe"].values() for k in c if k.startswith("pass@")}, key=lambda k: int(k[5:]))
-        fig, axes = plt.subplots(1, 1 + len(ks), figsize=(4.2 * (1 + len(ks)), 3.6), squeeze=False)
+        keys = sorted({k for c in ex["probe"].values() for k in c if k.startswith("pass@")}, key=lambda k: int(k[5:]))
+        fig, axes = plt.subplots(1, 1 + len(keys), figsize=(4.2 * (1 + len(keys)), 3.6), squeeze=False)
         for cell, c in ex["probe"].items():
             axes[0][0].plot(c["updates"], c["entropy"], marker=".", label=cell)
-            for ax, k in zip(axes[0][1:], ks, strict=True):
+            for ax, k in zip(axes[0][1:], keys, strict=True):
                 if k in c:
                     ax.plot(c["updates"], c[k], marker=".", label=cell)
         axes[0][0].set_title("probe token entropy (nats)")
-        for ax, k in zip(axes[0][1:], ks, strict=True):
+        for ax, k in zip(axes[0][1:], keys, strict=True):
             ax.set_title(f"probe {k}")
         _style(axes[0], "update")
         paths.append(_save(fig, out_dir / "probe.png"))
@@ -416,7 +418,6 @@ def plots(data: dict[str, Any], out_dir: Path) -> list[Path]:
         a2.set_title("Pass@1 of thresholded update")
         _style((a1, a2), "τ (|Δθ| threshold)")
         paths.append(_save(fig, out_dir / "sparsity.png"))
-    paths += report_compute.plot(data.get("compute"), out_dir)
     return paths
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import logging
 import os
 import random
@@ -20,15 +19,16 @@ from pathlib import Path
 from typing import Any
 
 from esbench import provenance
+from esbench.leases import Lease
 from esbench.memory import GRPO_GPUS_ENV, generation_budget
 from esbench.records import (
     RECORD_SCHEMA,
     RELEASE,
     CellDir,
     Events,
-    Lease,
     atomic_write_json,
     eval_seed,
+    read_jsonl,
     train_summary,
     write_record,
 )
@@ -207,6 +207,7 @@ def _run_cell(cell: Cell, cd: CellDir, stage: Callable[[str], None]) -> dict[str
     data_prov: dict[str, Any] = {}
     result = TrainResult()
     if method_cls.trains:
+        assert spec.dataset is not None, "the schema requires a dataset for a method that trains"
         task = get_task(spec.dataset.task)
         train_rows = task.rows("train", spec.dataset.size)
         data_prov["train"] = {"task": task.name, **_data_provenance(task, "train", train_rows)}
@@ -231,7 +232,7 @@ def _run_cell(cell: Cell, cd: CellDir, stage: Callable[[str], None]) -> dict[str
         result = method_cls().train(train_rows, Reward(task, rule=spec.dataset.reward), updates, config, ctx)
         timings["train_s"] = time.perf_counter() - t1
         stage("trained")
-    log_rows = [json.loads(line) for line in cd.train_log.read_text().splitlines()] if cd.train_log.exists() else []
+    log_rows = read_jsonl(cd.train_log, missing_ok=True)
     compute: dict[str, Any] = {}
     if method_cls.trains:  # FLOPs by the paper's App. G.2 formulas, from the tokens train.jsonl logs
         from esbench.metrics.compute import cell_compute, device_count

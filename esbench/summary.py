@@ -2,28 +2,34 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 from rich.table import Table
 
+from esbench.records import Record
 
-def summary_table(suite: str, records: list[dict[str, Any]]) -> Table:
+
+def _cell(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def summary_table(suite: str, records: Sequence[Record]) -> Table:
     table = Table(title=f"{suite}: {len(records)} cells done")
-    kmax = max((max(r["cell"]["spec"]["eval"]["k"]) for r in records), default=1)
+    kmax = max((max(r.cell["spec"]["eval"]["k"]) for r in records), default=1)
     table.caption = "* held-out task (forgetting)"
     for col in ("cell", "task", "Pass@1", f"Pass@{kmax}", f"Maj@{kmax}", "greedy"):
         table.add_column(col, justify="left" if col in ("cell", "task") else "right", no_wrap=col == "task")
-    for r in sorted(records, key=lambda r: r["cell"]["name"]):
+    for r in sorted(records, key=lambda r: r.cell["name"]):
         first = True
-        for task, m in r["metrics"].items():
-            held = "*" if task in r.get("held_out", []) else ""
+        for task, m in r.metrics.items():
+            held = "*" if task in r.held_out else ""
             table.add_row(
-                r["cell"]["name"] if first else "",
+                r.cell["name"] if first else "",
                 task + held,
-                f"{m['pass@1']:.3f}",
-                f"{m[f'pass@{kmax}']:.3f}" if f"pass@{kmax}" in m else "-",
-                f"{m[f'maj@{kmax}']:.3f}" if f"maj@{kmax}" in m else "-",
-                f"{m['greedy']:.3f}" if "greedy" in m else "-",
+                f"{m.metric('pass@1'):.3f}",
+                _cell(m.metric(f"pass@{kmax}")),
+                _cell(m.metric(f"maj@{kmax}")),
+                _cell(m.greedy),
             )
             first = False
     return table
@@ -32,11 +38,11 @@ def summary_table(suite: str, records: list[dict[str, Any]]) -> Table:
 VERDICT_STYLE = {"supported": "green", "contradicted": "red", "inconclusive": "yellow", "not measurable": "dim"}
 
 
-def claims_table(records: list[dict[str, Any]]) -> Table:
+def claims_table(records: Sequence[Record]) -> Table:
     """The paper's claims on these records (`esbench.claims`), one line a claim: id, statistic ± CI, verdict."""
     from esbench import claims
 
-    data = claims.evaluate(records)
+    data = claims.evaluate([r.as_dict() for r in records])
     rows = claims.rows(data)
     table = Table(title="paper claims (arXiv 2608.27351)")
     table.caption = (

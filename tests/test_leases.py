@@ -1,4 +1,4 @@
-"""The cell lease (`esbench.records.Lease`): one runner per cell folder, on one machine or on nodes sharing a file
+"""The cell lease (`esbench.leases.Lease`): one runner per cell folder, on one machine or on nodes sharing a file
 system, and a run killed with -9 is resumed at once, even while its process is an unreaped zombie.
 
 (The end-to-end case, an ES cell killed with -9 mid-training and left a zombie, then re-run to a record identical to
@@ -19,11 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from esbench.records import CellBusy, CellDir, Lease, _proc_stat, atomic_write_text, status
+from esbench.leases import CellBusy, Lease, _proc_stat
+from esbench.records import CellDir, atomic_write_text, status
 
 HOLD = """\
 import sys, time
-from esbench.records import Lease
+from esbench.leases import Lease
 Lease(sys.argv[1]).acquire()
 print("held", flush=True)
 time.sleep(600)
@@ -231,7 +232,7 @@ def _slow_to_act(verdict):
 RACE = """\
 import json, sys, time
 from pathlib import Path
-from esbench.records import CellBusy, Lease
+from esbench.leases import CellBusy, Lease
 from test_leases import _slow_to_act
 Lease._verdict = _slow_to_act(Lease._verdict)
 path, go = Path(sys.argv[1]), Path(sys.argv[2])

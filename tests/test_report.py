@@ -234,14 +234,17 @@ def test_report_compute_view(run_dir, capsys):
 
 
 def _drift_record(model_path, kind, drift, precision=None):
+    from pathlib import Path
+
+    from esbench.records import Record
+    from esbench.report_cells import ReportCell
+
     config = {"precision": precision} if precision else {}
-    return {
-        "cell": {
-            "labels": {"model": model_path.rsplit("/", 1)[-1].lower()},
-            "spec": {"model": {"path": model_path}, "method": {"kind": kind, "config": config}},
-        },
-        "drift": drift,
+    cell = {
+        "labels": {"model": model_path.rsplit("/", 1)[-1].lower()},
+        "spec": {"model": {"path": model_path}, "method": {"kind": kind, "config": config}},
     }
+    return ReportCell(Record.model_construct(cell=cell, drift=drift), Path())  # the drift table reads no folder
 
 
 def _drift(rel, max_abs=2.0**-12, changed=0.25, **extra):
@@ -264,8 +267,9 @@ def test_drift_table_sets_saved_weights_and_masters_beside_table_4():
         _drift_record(r1, "checkpoint", _drift(5e-4, 2**-10, weights="saved:bfloat16", against={"path": r1})),
         _drift_record(r1, "es", _drift(2e-2, 2**-6, 0.9), precision="paper-bf16"),  # an older record
     ]
-    labels = {id(r): f"cell{i}" for i, r in enumerate(records)}
-    table = drift_table(records, labels)
+    for i, r in enumerate(records):
+        r.label = f"cell{i}"
+    table = drift_table(records)
     ratios = {r["model"]: r for r in table["es_over_grpo"]}
     q = ratios["qwen2.5-1.5b-instruct"]
     assert q["ratio"] == pytest.approx(2e-2 / 4e-4) and q["ratio_master"] == pytest.approx(2e-2 / 5e-4)

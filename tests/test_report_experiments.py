@@ -9,11 +9,13 @@ import pytest
 
 from esbench.cli import main
 from esbench.metrics.curves import debiased_ema
+from esbench.records import CellDir, Record
+from esbench.report_cells import ReportCell
 from esbench.report_experiments import population_table, reward_curves
 from esbench.report_render import _experiments_md
 
 
-def _record(tmp_path, population: int, rewards: list[float], model="Qwen/Qwen2.5-0.5B-Instruct") -> dict:
+def _record(tmp_path, population: int, rewards: list[float], model="Qwen/Qwen2.5-0.5B-Instruct") -> ReportCell:
     d = tmp_path / f"n{population}"
     d.mkdir()
     (d / "train.jsonl").write_text(
@@ -21,17 +23,19 @@ def _record(tmp_path, population: int, rewards: list[float], model="Qwen/Qwen2.5
     )
     spec = {"model": {"path": model}, "method": {"kind": "es", "config": {"population": population, "sigma": 0.0015}},
             "seed": 42, "budget": len(rewards)}  # fmt: skip
-    return {"cell": {"spec": spec, "labels": {"model": "m"}}, "_dir": d, "metrics": {}}
+    record = Record.model_construct(cell={"spec": spec, "labels": {"model": "m"}}, metrics={})
+    return ReportCell(record, d, CellDir(d).train_rows(), train_logged=True)
 
 
 def test_table_6_layout_reads_updates_100_200_300_marks_matches_and_sets_the_paper_beside(tmp_path):
     n = 300
     ref = [0.52] * n
     recs = [_record(tmp_path, 8, [0.45] * n), _record(tmp_path, 16, [0.515] * n), _record(tmp_path, 64, ref)]
-    labels = {id(r): f"m/es-n{r['cell']['spec']['method']['config']['population']}" for r in recs}
-    curves = reward_curves(recs, labels)
+    for r in recs:
+        r.label = f"m/es-n{r.spec['method']['config']['population']}"
+    curves = reward_curves(recs)
     assert curves["m/es-n8"]["ema"] == pytest.approx(debiased_ema([0.45] * n))
-    (table,) = population_table(recs, labels, curves)
+    (table,) = population_table(recs, curves)
     assert table["points"] == [100, 200, 300] and table["reference_population"] == 64
     cols = {c["population"]: c for c in table["cols"]}
     assert cols[8]["values"][100] == pytest.approx(0.45) and not cols[8]["matches"][100]
@@ -43,9 +47,9 @@ def test_table_6_layout_reads_updates_100_200_300_marks_matches_and_sets_the_pap
 
 def test_cells_that_differ_in_more_than_n_are_not_a_sweep(tmp_path):
     a, b = _record(tmp_path, 8, [0.5] * 30), _record(tmp_path, 16, [0.5] * 30)
-    b["cell"]["spec"]["method"]["config"]["sigma"] = 0.003
-    labels = {id(a): "a", id(b): "b"}
-    assert population_table([a, b], labels, reward_curves([a, b], labels)) == []
+    b.spec["method"]["config"]["sigma"] = 0.003
+    a.label, b.label = "a", "b"
+    assert population_table([a, b], reward_curves([a, b])) == []
 
 
 def test_tiny_subtraction_twin_renders_table_13(repo, tmp_path, tiny_model_dir):
@@ -70,7 +74,8 @@ def test_tiny_subtraction_twin_renders_table_13(repo, tmp_path, tiny_model_dir):
 def test_a_measurement_cells_log_is_consistent_with_its_budget(tmp_path):
     """verify's train-log check: a `subtraction` cell spends no updates whatever its budget (it counts directions),
     while a trained cell's integer budget is its update count."""
-    from esbench.leaderboard.verify_cell import Report, _check_train_log
+    from esbench.leaderboard.verify_cell import _check_train_log
+    from esbench.leaderboard.verify_report import Report
 
     d = tmp_path / "cell"
     d.mkdir()

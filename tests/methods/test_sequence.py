@@ -112,7 +112,7 @@ def test_kill_during_second_stage_resumes_to_identical_record(tmp_path, tiny_mod
 
 
 def test_a_cell_is_never_run_twice_at_once(tmp_path):
-    from esbench.records import CellBusy, Lease
+    from esbench.leases import CellBusy, Lease
 
     with Lease(tmp_path / "cell" / ".lease"):
         with pytest.raises(CellBusy):
