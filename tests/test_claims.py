@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from run_helpers import minimal_release, small_suite
 
-from esbench import claims
+from esbench import claims, claims_compute, claims_stats
 from esbench.cli import main
 from esbench.metrics.bootstrap import hierarchical_bootstrap, paired_bootstrap
 from esbench.metrics.passk import pass_at_k
@@ -76,22 +76,22 @@ def test_each_verdict_class_on_known_evidence():
         record("grpo", {"arith": shifted(4)}),
     )
     got = by_id([base, es, grpo])
-    assert got["C1"]["verdict"] == claims.SUPPORTED and got["C1"]["lo"] > 0
+    assert got["C1"]["verdict"] == claims_stats.SUPPORTED and got["C1"]["lo"] > 0
     assert got["C1"]["cells"] == {
         "base": ["m/-/base/b0/s0"],
         "GRPO": ["m/arith/grpo/b20/s0"],
         "ES": ["m/arith/es/b20/s0"],
     }
     swapped = by_id([base, record("es", {"arith": shifted(4)}), record("grpo", {"arith": shifted(0)})])
-    assert swapped["C1"]["verdict"] == claims.CONTRADICTED and swapped["C1"]["hi"] < 0
+    assert swapped["C1"]["verdict"] == claims_stats.CONTRADICTED and swapped["C1"]["hi"] < 0
     flip = [c + (1 if i % 2 else -1) * (c < N) * (c > 0) for i, c in enumerate(BASE)]  # mean change ~0, both signs
     same = by_id([base, record("es", {"arith": BASE}), record("grpo", {"arith": flip})])
-    assert same["C1"]["verdict"] == claims.INCONCLUSIVE and same["C1"]["lo"] < 0 < same["C1"]["hi"]
+    assert same["C1"]["verdict"] == claims_stats.INCONCLUSIVE and same["C1"]["lo"] < 0 < same["C1"]["hi"]
     no_grpo = by_id([base, es])
-    assert no_grpo["C1"]["verdict"] == claims.NOT_MEASURABLE and "GRPO" in no_grpo["C1"]["parts"][0]["note"]
-    assert got["C2@32"]["verdict"] == claims.NOT_MEASURABLE  # n = 16 < 32
-    assert got["C2@16"]["verdict"] != claims.NOT_MEASURABLE
-    assert claims.evaluate([base])["results"][0]["verdict"] == claims.NOT_MEASURABLE  # no trained cell at all
+    assert no_grpo["C1"]["verdict"] == claims_stats.NOT_MEASURABLE and "GRPO" in no_grpo["C1"]["parts"][0]["note"]
+    assert got["C2@32"]["verdict"] == claims_stats.NOT_MEASURABLE  # n = 16 < 32
+    assert got["C2@16"]["verdict"] != claims_stats.NOT_MEASURABLE
+    assert claims.evaluate([base])["results"][0]["verdict"] == claims_stats.NOT_MEASURABLE  # no trained cell at all
 
 
 def test_c1_is_the_paired_bootstrap_of_per_problem_pass1_and_is_deterministic():
@@ -99,7 +99,7 @@ def test_c1_is_the_paired_bootstrap_of_per_problem_pass1_and_is_deterministic():
     first, again = by_id([es, grpo])["C1"], by_id([grpo, es])["C1"]
     assert first == again  # same records in another order: the same CI
     p = lambda r: [pass_at_k(n, c, 1) for n, c in r["metrics"]["arith"]["per_problem"]]  # noqa: E731
-    ref = paired_bootstrap(p(es), p(grpo), iters=claims.BOOTSTRAP_ITERS, seed=claims.BOOTSTRAP_SEED)
+    ref = paired_bootstrap(p(es), p(grpo), iters=claims_stats.BOOTSTRAP_ITERS, seed=claims_stats.BOOTSTRAP_SEED)
     assert (first["value"], first["lo"], first["hi"]) == pytest.approx((ref["delta"], ref["lo"], ref["hi"]))
     assert first["value"] == pytest.approx(grpo["metrics"]["arith"]["pass@1"] - es["metrics"]["arith"]["pass@1"])
     assert first["n_problems"] == len(BASE) and first["n_seeds"] == 1
@@ -113,16 +113,16 @@ def test_non_inferiority_margins_of_c2_and_c5():
     es, grpo, seq = (record(m, {"arith": [4] * 30}) for m in ("es", "grpo", "es-grpo"))
     es["metrics"]["arith"]["per_problem"] = [[N, 0]] + right[1:]
     got = by_id([es, grpo])["C2@16"]
-    assert got["value"] == pytest.approx(-1 / 30) and got["lo"] < -claims.C2_MARGIN < got["hi"]
-    assert got["verdict"] == claims.INCONCLUSIVE
+    assert got["value"] == pytest.approx(-1 / 30) and got["lo"] < -claims_compute.C2_MARGIN < got["hi"]
+    assert got["verdict"] == claims_stats.INCONCLUSIVE
     es["metrics"]["arith"]["per_problem"] = right
     tied = by_id([es, grpo])["C2@16"]
-    assert tied["value"] == 0 and tied["verdict"] == claims.SUPPORTED
+    assert tied["value"] == 0 and tied["verdict"] == claims_stats.SUPPORTED
     seq["metrics"]["arith"]["per_problem"] = [[N, 0]] * 6 + right[6:]
     c5 = by_id([es, grpo, seq])["C5"]
     pass16 = next(p for p in c5["parts"] if p["name"].startswith("Pass@16"))
-    assert pass16["threshold"] == -claims.C5_MARGIN and pass16["hi"] < -claims.C5_MARGIN
-    assert pass16["verdict"] == claims.CONTRADICTED and c5["verdict"] == claims.CONTRADICTED
+    assert pass16["threshold"] == -claims_compute.C5_MARGIN and pass16["hi"] < -claims_compute.C5_MARGIN
+    assert pass16["verdict"] == claims_stats.CONTRADICTED and c5["verdict"] == claims_stats.CONTRADICTED
 
 
 def test_c3_entropy_parts_and_records_without_per_problem_entropy():
@@ -133,34 +133,34 @@ def test_c3_entropy_parts_and_records_without_per_problem_entropy():
     es = record("es", tasks, entropy=ent(-0.001 + RNG.normal(0, 0.002, len(BASE))))
     grpo = record("grpo", tasks, entropy=ent(-0.1 + RNG.normal(0, 0.01, len(BASE))))
     c3 = by_id([base, es, grpo])["C3"]
-    assert c3["verdict"] == claims.SUPPORTED and c3["where"] == "held-out tasks"
+    assert c3["verdict"] == claims_stats.SUPPORTED and c3["where"] == "held-out tasks"
     g, e = c3["parts"]
-    assert g["hi"] < 0 and e["lo"] > e["threshold"] == pytest.approx(-claims.C3_MARGIN * (h.mean()))
+    assert g["hi"] < 0 and e["lo"] > e["threshold"] == pytest.approx(-claims_compute.C3_MARGIN * (h.mean()))
     collapsed_es = record("es", tasks, entropy=ent(-0.1 + RNG.normal(0, 0.01, len(BASE))))
-    assert by_id([base, collapsed_es, grpo])["C3"]["verdict"] == claims.CONTRADICTED
+    assert by_id([base, collapsed_es, grpo])["C3"]["verdict"] == claims_stats.CONTRADICTED
     old = [
         record(m, tasks, entropy={**ent(d), "per_problem": False}) for m, d in (("base", 0), ("es", 0), ("grpo", -0.1))
     ]
     c3_old = by_id(old)["C3"]
-    assert c3_old["verdict"] == claims.INCONCLUSIVE and c3_old["lo"] is None
+    assert c3_old["verdict"] == claims_stats.INCONCLUSIVE and c3_old["lo"] is None
     assert "no per-problem evidence" in c3_old["parts"][0]["note"]
     assert c3_old["parts"][0]["value"] == pytest.approx(-0.1)
     no_entropy = by_id([record(m, tasks) for m in ("base", "es", "grpo")])["C3"]
-    assert no_entropy["verdict"] == claims.NOT_MEASURABLE
+    assert no_entropy["verdict"] == claims_stats.NOT_MEASURABLE
 
 
 def test_c4_drift_ratio_one_seed_and_seed_level_ci():
     one = by_id([record("es", {"arith": BASE}, drift=0.02), record("grpo", {"arith": BASE}, drift=0.0005)])["C4"]
-    assert one["value"] == pytest.approx(40.0) and one["lo"] is None and one["verdict"] == claims.SUPPORTED
+    assert one["value"] == pytest.approx(40.0) and one["lo"] is None and one["verdict"] == claims_stats.SUPPORTED
     assert "no CI, one seed" in claims.statistic_text(one)
     recs = []
     for s, (a, b) in enumerate(((0.02, 0.001), (0.03, 0.001), (0.025, 0.001))):
         recs += [record("es", {"arith": BASE}, seed=s, drift=a), record("grpo", {"arith": BASE}, seed=s, drift=b)]
     three = by_id(recs)["C4"]
     assert three["n_seeds"] == 3 and three["value"] == pytest.approx(25.0)
-    assert 20 <= three["lo"] <= three["hi"] <= 30 and three["verdict"] == claims.SUPPORTED
+    assert 20 <= three["lo"] <= three["hi"] <= 30 and three["verdict"] == claims_stats.SUPPORTED
     low = by_id([record("es", {"arith": BASE}, drift=0.002), record("grpo", {"arith": BASE}, drift=0.001)])["C4"]
-    assert low["verdict"] == claims.CONTRADICTED
+    assert low["verdict"] == claims_stats.CONTRADICTED
 
 
 def test_hierarchical_seeds_resample_seeds_then_problems():
@@ -188,7 +188,7 @@ def test_c6_is_the_held_out_mean_at_pass_k_with_equal_task_weights():
     grpo = record("grpo", {"arith": BASE, "a": held_a, "b": held_b})
     c6 = by_id([es, grpo])["C6@16"]
     assert c6["value"] == pytest.approx(-0.5)  # (-1 on a + 0 on b) / 2 tasks, whatever their sizes
-    assert c6["verdict"] == claims.CONTRADICTED and c6["n_problems"] == 60
+    assert c6["verdict"] == claims_stats.CONTRADICTED and c6["n_problems"] == 60
 
 
 def test_claims_markdown_and_paper_values():
@@ -217,8 +217,9 @@ def test_claims_markdown_and_paper_values():
 
 def test_leaderboard_claims_table_escapes_submission_strings():
     from esbench.leaderboard.board import Board, submission_claims
-    from esbench.leaderboard.render import claims_html, claims_sections
-    from esbench.leaderboard.verify_cell import CellResult, Report
+    from esbench.leaderboard.render import claims_sections
+    from esbench.leaderboard.render_html import claims_html
+    from esbench.leaderboard.verify_report import CellResult, Report
 
     model = "evil|<b>m</b>"
     recs = [
@@ -292,7 +293,7 @@ def test_a_group_without_trained_grpo_takes_the_checkpoint_and_prefers_the_canon
     bf16["cell"]["labels"]["method"], bf16["cell"]["name"] = "es-bf16", "m/arith/es-bf16/b20/s0"
     c1 = by_id([bf16, ckpt, es])["C1"]
     assert c1["cells"] == {"GRPO": ["m/-/grpo/b0/s0"], "ES": ["m/arith/es/b20/s0"]}
-    assert c1["unused"] == ["m/arith/es-bf16/b20/s0"] and c1["verdict"] == claims.SUPPORTED
+    assert c1["unused"] == ["m/arith/es-bf16/b20/s0"] and c1["verdict"] == claims_stats.SUPPORTED
 
 
 def test_a_new_release_states_the_claims_in_its_paper_map(tmp_path):
@@ -303,4 +304,7 @@ def test_a_new_release_states_the_claims_in_its_paper_map(tmp_path):
     assert [c["id"] for c in stated["claims"]] == ["C1", "C2@16", "C2@32", "C3", "C4", "C5", "C6@16", "C6@32"]
     c2 = next(c for c in stated["claims"] if c["id"] == "C2@16")
     assert c2["test"] == "≥ −1 pp" and "Pass@16(ES) − Pass@16(GRPO)" in c2["statistic"]
-    assert stated["margins"]["C2"] == claims.C2_MARGIN and stated["bootstrap"]["iters"] == claims.BOOTSTRAP_ITERS
+    assert (
+        stated["margins"]["C2"] == claims_compute.C2_MARGIN
+        and stated["bootstrap"]["iters"] == claims_stats.BOOTSTRAP_ITERS
+    )

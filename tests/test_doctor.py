@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from esbench import doctor
+from esbench import doctor, doctor_checks, doctor_env
 from esbench.cli import main
 
 GPU_PATHS = [
@@ -98,9 +98,9 @@ def test_a_failing_check_makes_a_row_with_its_fix_skips_what_needs_it_and_exits_
         raise AssertionError("a check whose prerequisite failed must not run")
 
     plan = [
-        doctor.Check("driver", doctor.check_driver, "unused"),
-        doctor.Check("vLLM engine start", broken, "set ESBENCH_VLLM_MEMORY lower"),
-        doctor.Check("perturb, restore, checksum", never, "unused", ("vLLM engine start",)),
+        doctor_checks.Check("driver", doctor_env.check_driver, "unused"),
+        doctor_checks.Check("vLLM engine start", broken, "set ESBENCH_VLLM_MEMORY lower"),
+        doctor_checks.Check("perturb, restore, checksum", never, "unused", ("vLLM engine start",)),
     ]
     monkeypatch.setattr(doctor, "checks", lambda suite=None: plan)
     monkeypatch.setenv("COLUMNS", "250")  # rich folds long cells at the terminal width
@@ -154,7 +154,7 @@ def test_the_cache_check_passes_a_suite_without_hub_artefacts_and_fails_an_inval
     suite = tmp_path / "s.yaml"
     text = SUITE.replace("qwen: {{path: Qwen/Qwen2.5-0.5B-Instruct, revision: {rev}}}", "tiny: {{path: builtin:tiny}}")
     suite.write_text(text.format() if kind == "builtin" else "name: x\nmodels: 3\n")
-    state = doctor.State(device="cpu", suite=str(suite))
+    state = doctor_checks.State(device="cpu", suite=str(suite))
     try:
         (row,) = doctor.run_checks(state, [c for c in doctor.checks(str(suite)) if c.name == "suite artefacts cached"])
     finally:

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from esbench import memory, memory_check
+from esbench import memory, memory_check, memory_plan
 from esbench.memory import GiB
 
 
@@ -54,7 +54,7 @@ def test_an_unknown_hub_model_has_no_prediction_rather_than_a_guess(repo):
     spec = json.loads(json.dumps(cell.spec))
     spec["model"]["path"] = "nobody/unknown-model"
     unknown = SimpleNamespace(id=cell.id, name=cell.name, spec=spec, typed=cell.typed)
-    plan = memory.plan_cell(unknown, 1, 80 * GiB)
+    plan = memory_plan.plan_cell(unknown, 1, 80 * GiB)
     assert plan.fits is None and "nobody/unknown-model" in plan.reason
 
 
@@ -64,12 +64,12 @@ def test_an_unknown_hub_model_has_no_prediction_rather_than_a_guess(repo):
 
 def test_paper_easy_fits_the_papers_node_and_names_what_does_not_fit_one_gpu(repo):
     cells = _cells(repo, "paper-easy.yaml")
-    node = {c.name: memory.plan_cell(c, 8, 80 * GiB) for c in cells}
+    node = {c.name: memory_plan.plan_cell(c, 8, 80 * GiB) for c in cells}
     assert all(p.fits for p in node.values()), {n: p.reason for n, p in node.items() if not p.fits}
     assert node["qwen2.5-7b/gsm8k/es/b2ep/s42"].gpus == 8  # the 8 engines as real ones, one per GPU
     assert node["qwen2.5-7b/gsm8k/grpo/b2ep/s42"].gpus > 1  # GRPO sharded
 
-    one = {c.name: memory.plan_cell(c, 1, 80 * GiB) for c in cells}
+    one = {c.name: memory_plan.plan_cell(c, 1, 80 * GiB) for c in cells}
     failing = {n for n, p in one.items() if not p.fits}
     assert {n.split("/")[0] for n in failing} == {"llama3.2-3b", "qwen2.5-7b"}
     assert all(p.fits for n, p in one.items() if n.startswith("qwen2.5-1.5b"))
@@ -114,7 +114,7 @@ def test_the_resident_set_follows_the_settings_that_change_it(repo):
 def test_a_vllm_engine_share_too_small_for_the_weights_is_named_with_its_setting(repo, monkeypatch):
     (cell,) = [c for c in _cells(repo, "paper-easy.yaml") if c.name == "qwen2.5-7b/-/base/b0/s42"]
     monkeypatch.setenv("ESBENCH_VLLM_MEMORY", "0.15")  # 12 GiB of 80: less than 7B's 14 GiB of bf16 weights
-    plan = memory.plan_cell(cell, 1, 80 * GiB)
+    plan = memory_plan.plan_cell(cell, 1, 80 * GiB)
     assert not plan.fits and "ESBENCH_VLLM_MEMORY=" in plan.reason
 
 
@@ -150,7 +150,8 @@ def test_run_refuses_cells_predicted_not_to_fit_before_anything_loads(tmp_path, 
     """A CUDA GRPO cell of a 7B model on a (pretended) 80 GB GPU: refused, exit 2, nothing written, the fix named;
     with --grpo-gpus 8 on 8 such GPUs it passes; ESBENCH_MEMORY_CHECK=off lets it through to the next check."""
     import esbench.gpu
-    from esbench.cli import main, memory_refusals
+    from esbench.cli import main
+    from esbench.cli_run import memory_refusals
     from esbench.spec import load_suite
 
     suite = tmp_path / "big.yaml"
@@ -175,7 +176,7 @@ eval: {tasks: [tiny_arith], n: 4, max_new_tokens: 512}
     assert memory_refusals(cells, [], workers=1) is None  # no GPU: nothing to check here
 
     monkeypatch.setattr(esbench.gpu, "visible_memory", lambda: [80 * GiB])
-    monkeypatch.setattr("esbench.cli._missing_artefacts", lambda cells: None)  # the hub model is not needed
+    monkeypatch.setattr("esbench.cli_run._missing_artefacts", lambda cells: None)  # the hub model is not needed
     out = tmp_path / "runs"
     assert main(["run", str(suite), "--out", str(out)]) == 2
     assert "predicted not to fit" in capsys.readouterr().err
@@ -210,6 +211,6 @@ def test_the_published_plans_are_the_codes(repo):
     for name in ("paper-easy", "paper-hard", "paper-population", "paper-ablations", "paper-subtraction"):
         cells = load_suite(repo / "suites" / f"{name}.yaml").cells()
         for gpus, gib in ((8, 80), (1, 141)):
-            plans = [memory.plan_cell(c, gpus, gib * GiB) for c in cells]
-            expected += memory.plan_markdown(name, plans, gpus, gib * GiB) + "\n"
+            plans = [memory_plan.plan_cell(c, gpus, gib * GiB) for c in cells]
+            expected += memory_plan.plan_markdown(name, plans, gpus, gib * GiB) + "\n"
     assert published == expected
