@@ -123,7 +123,7 @@ def test_the_spec_records_the_paper_rules_version():
     cells carry none and keep theirs."""
     from pydantic import ValidationError
 
-    from esbench.spec import DatasetSpec
+    from esbench.spec_schema import DatasetSpec
 
     assert DatasetSpec(task="gsm8k", reward="paper").model_dump() == {
         "task": "gsm8k",
@@ -150,7 +150,7 @@ def test_a_suite_selects_the_training_reward_per_dataset():
     from pydantic import ValidationError
 
     from esbench.rewards import Reward
-    from esbench.spec import DatasetSpec
+    from esbench.spec_schema import DatasetSpec
     from esbench.tasks import get_task
 
     gsm = get_task("gsm8k")

@@ -88,7 +88,8 @@ def test_a_tiny_cell_id_names_the_model_recipe(tmp_path, monkeypatch):
     """`builtin:tiny` is built from code, so its cells are stamped with the recipe's hash: a new tiny model gives
     new ids (an old run is neither taken for it nor resumed as it), and a cell of another recipe is refused."""
     from esbench.models import tiny
-    from esbench.spec import ModelSpec, validate_cell
+    from esbench.spec import validate_cell
+    from esbench.spec_schema import ModelSpec
 
     suite = write(tmp_path, VALID)
     cells = load_suite(suite).cells()

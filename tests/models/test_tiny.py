@@ -88,7 +88,7 @@ def test_tiny_model_has_partial_skill_and_learned_held_out_families(tiny_model_d
     """Pass@1 in 20-60 % and Pass@16 >= 1.5 x Pass@1 on arithmetic; reversal and maximum clearly learned."""
     from esbench.backends.hf import HFBackend
     from esbench.evaluation import evaluate
-    from esbench.spec import EvalSpec
+    from esbench.spec_schema import EvalSpec
 
     loaded = load_model("builtin:tiny")
     spec = {

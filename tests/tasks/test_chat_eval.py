@@ -79,7 +79,7 @@ def _small_eval(task: str, **kw) -> dict:
 def test_evaluate_scores_a_paper_task_with_math_verify(chat_tiny, tmp_path, monkeypatch):
     from esbench.backends.hf import HFBackend
     from esbench.evaluation import evaluate
-    from esbench.spec import EvalSpec
+    from esbench.spec_schema import EvalSpec
 
     monkeypatch.setenv(hub.ENV_DIR, str(FIXTURES))
     ev = _small_eval("gsm8k", limit=3, n=2, k=[1, 2], entropy=False)
@@ -93,7 +93,7 @@ def test_evaluate_keeps_countdown_messages_so_its_prompt_can_be_rebuilt(chat_tin
     """The token-entropy pass re-renders each sample's prompt from the logged doc: Countdown needs its messages."""
     from esbench.backends.hf import HFBackend
     from esbench.evaluation import evaluate
-    from esbench.spec import EvalSpec
+    from esbench.spec_schema import EvalSpec
 
     monkeypatch.setenv(hub.ENV_DIR, str(FIXTURES))
     ev = _small_eval("countdown", limit=2, n=1, k=[1], entropy=True)
