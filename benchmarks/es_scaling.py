@@ -41,7 +41,8 @@ def main() -> None:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     torch.set_num_threads(1)
     from esbench.backends.hf import HFBackend
-    from esbench.es.population import LocalPopulation, RayPopulation, Rollout
+    from esbench.es.population import LocalPopulation, Rollout
+    from esbench.methods.es_ray import RayPopulation
 
     model, tok, prompts = load(args.model, "cpu", "float32")
     backend = HFBackend(model, tok, device="cpu", cpu_threads=1)
@@ -98,7 +99,8 @@ def main() -> None:
 def engines_row(args, engines: int) -> dict:
     """paper-bf16 with `engines` engines: one process against engine 0 here and engines-1 actors."""
     from esbench.backends.hf import HFBackend
-    from esbench.es.population import EnginesPopulation, RayEnginesPopulation, Rollout
+    from esbench.es.population import EnginesPopulation, Rollout
+    from esbench.methods.es_ray import RayEnginesPopulation
 
     spec = Rollout(args.population, False, 3e-3, 0.0, args.max_new_tokens, True)
     seeds, coeffs = [1, 2], [1e-4, -1e-4]

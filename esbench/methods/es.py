@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from esbench.es import BF16_MODES, population
 from esbench.es.weights import WeightEditor
 from esbench.limits import MAX_COUNT, MAX_NEW_TOKENS, MAX_UPDATES
-from esbench.methods import Method, TrainContext, TrainResult
+from esbench.methods import Method, TrainContext, TrainResult, es_ray
 from esbench.records import atomic_write_json
 
 
@@ -306,12 +306,13 @@ class ES(Method):
         # who rolls out the members (built from the resumed weights): this process, as one engine or as the
         # artifact's E simulated engines; or W Ray actors holding replicas (esbench.es.population)
         spec = rollout_spec(cfg)
+        pop: population.Population
         if ctx.workers > 1 and cfg.engines > 1:  # the artifact's engines as real ones: engine 0 here, 1..E-1 actors
-            pop = population.RayEnginesPopulation(
+            pop = es_ray.RayEnginesPopulation(
                 backend, editor, spec, ctx.seed, cfg.engines, cfg.engine_sync_every, ctx.workers, ctx.workdir, anchor
             )
         elif ctx.workers > 1:
-            pop = population.RayPopulation(backend, editor, spec, ctx.seed, ctx.workers, ctx.workdir, anchor)
+            pop = es_ray.RayPopulation(backend, editor, spec, ctx.seed, ctx.workers, ctx.workdir, anchor)
         elif cfg.engines > 1:
             pop = population.EnginesPopulation(backend, editor, spec, ctx.seed, cfg.engines, cfg.engine_sync_every)
         else:

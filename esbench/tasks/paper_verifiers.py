@@ -21,12 +21,15 @@ Structured golds arrive JSON-encoded in the row's `answer` string.
 
 Bounds (hostile responses: a trained policy writes them, a submission can too). Every scan here is linear in the
 response. A response over `MAX_RESPONSE_CHARS`, or an extracted answer over `MAX_ANSWER_CHARS`, is wrong with
-`error="too long"` before math-verify sees it. math-verify and sympy run in a long-lived child process (`_Worker`)
+`error="too long"` before math-verify sees it. math-verify and sympy run in a long-lived child process (`_WORKER`)
 with a `MATH_TIMEOUT_S` deadline per answer; one past it is killed and replaced, and the answer is wrong with
 `error="timeout"`. math-verify's own `signal.alarm` timeouts are not enough: off the main thread (a threaded Ray
 actor, a reward thread) `signal.signal` raises, so `parse` fails and every answer silently fell back to string
 comparison; in the main thread the alarm cannot interrupt a long C call, and sympy's `float()` of a power tower (for
 the Maj@k key) runs outside them. In the child's main thread they work as the artifact's do, and stay.
+
+Every function a verifier here reaches, and the constants it reads, stay in this module: the published releases pin
+their source under this module's name (`esbench.leaderboard.release.verifier_fingerprint`).
 """
 
 from __future__ import annotations
@@ -36,16 +39,12 @@ import atexit
 import json
 import os
 import re
-import select
 import string
-import subprocess
 import sys
-import threading
-import time
 from fractions import Fraction
 from functools import cache, lru_cache
-from pathlib import Path
 
+from esbench.tasks.math_worker import _Worker
 from esbench.tasks.verdict import Verdict, normalise_number
 
 _MINUS = str.maketrans({"\u2212": "-", "\u2013": "-", "\u00d7": "*", "\u00f7": "/", "\u22c5": "*"})
@@ -191,84 +190,11 @@ def verify_math(response: str, gold: str) -> Verdict:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# the bounded worker
+# the bounded worker (a child process: `esbench.tasks.math_worker`)
 
 
-class _Worker:
-    """A child Python process that runs functions of this module, one call at a time, each within a deadline.
-
-    The child is started once per process and reused (a call costs a pipe round trip); one past its deadline is
-    killed (SIGKILL: a C loop in sympy ignores signals) and a fresh one is started at once. Requests and replies are
-    JSON lines, so nothing the child sends is unpickled. A lock serialises callers from several threads; after a
-    fork the child process gets a worker of its own (`os.register_at_fork`)."""
-
-    START_TIMEOUT_S = 120.0  # importing sympy and math-verify, on a machine busy with training
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.proc: subprocess.Popen | None = None
-        self.ready = False
-
-    def _spawn(self) -> None:
-        if not sys.executable:
-            raise RuntimeError("cannot start the math-verify worker: sys.executable is empty")
-        root = str(Path(__file__).resolve().parents[2])  # the esbench this process runs, ahead of any other
-        code = f"import sys; sys.path.insert(0, {root!r}); import esbench.tasks.paper_verifiers as v; v._worker_main()"
-        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        self.ready = False
-
-    def _kill(self, restart: bool) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-            for f in (self.proc.stdin, self.proc.stdout):
-                f.close()
-        self.proc = None
-        if restart:
-            self._spawn()  # its imports overlap with the caller's work, not with the next deadline
-
-    def _read_line(self, deadline: float) -> bytes | None:
-        """One reply line, or None when the deadline passes or the child dies first."""
-        fd = self.proc.stdout.fileno()
-        buf = b""
-        while not buf.endswith(b"\n"):
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                return None
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                return None
-            buf += chunk
-        return buf
-
-    def call(self, fn, args: tuple, timeout: float) -> tuple[str, object]:
-        """("ok", fn(*args)) from the child; ("timeout", None) or ("crash", None) when it ran past `timeout` or died
-        (it is replaced), ("error", None) when `fn` raised."""
-        with self.lock:
-            if self.proc is None or self.proc.poll() is not None:
-                self._kill(restart=True)
-            if not self.ready:
-                if self._read_line(time.monotonic() + self.START_TIMEOUT_S) != b"ready\n":
-                    self._kill(restart=False)
-                    raise RuntimeError("the math-verify worker did not start (see its stderr above)")
-                self.ready = True
-            try:
-                self.proc.stdin.write(json.dumps([fn.__name__, list(args), timeout]).encode() + b"\n")
-                self.proc.stdin.flush()
-            except OSError:
-                self._kill(restart=True)
-                return "crash", None
-            line = self._read_line(time.monotonic() + timeout)
-            if line is None:
-                status = "timeout" if self.proc.poll() is None else "crash"
-                self._kill(restart=True)
-                return status, None
-            reply = json.loads(line)
-            return ("ok", reply[1]) if reply[0] == "ok" else ("error", None)
-
-
-_WORKER = _Worker()
-os.register_at_fork(after_in_child=lambda: globals().__setitem__("_WORKER", _Worker()))
+_WORKER = _Worker(__name__)
+os.register_at_fork(after_in_child=lambda: globals().__setitem__("_WORKER", _Worker(__name__)))
 atexit.register(lambda: _WORKER._kill(restart=False))
 
 

@@ -14,7 +14,8 @@ Nothing this process answers is trusted: the parent decodes the answers as plain
 computes every comparison and the verdict itself. A program that takes over this interpreter can only lie about
 the values its own functions return, which is what hard-coded answers already do (see SECURITY.md).
 
-The parent imports this module too, for `encode` and `decode`; nothing runs on import.
+The parent imports this module too, for `encode` and `decode`; nothing runs on import. It stays one self-contained
+file: bubblewrap binds only this file into the sandbox, and `-I` keeps its directory off `sys.path`.
 """
 
 import sys
@@ -172,83 +173,27 @@ def _float(text):
 # only its arguments and defaults (immutable values and C functions), so the program cannot rebind its state.
 
 _DENY = (
-    "socket.",
-    "subprocess.",
-    "ctypes.",
-    "os.fork",
-    "os.forkpty",
-    "os.exec",
-    "os.posix_spawn",
-    "os.spawn",
-    "os.system",
-    "os.kill",
-    "os.killpg",
-    "os.startfile",
-    "pty.",
-    "os.setuid",
-    "os.setgid",
-    "os.chroot",
-    "os.add_dll_directory",
-    "sys.remote_exec",
-    "webbrowser.",
-    "ftplib.",
-    "smtplib.",
-    "urllib.",
-    "http.",
-    "os.pidfd_open",
-    "syslog.",
-    "os.setxattr",
-    "os.removexattr",
+    "socket.", "subprocess.", "ctypes.", "os.fork", "os.forkpty", "os.exec", "os.posix_spawn", "os.spawn", "os.system",
+    "os.kill", "os.killpg", "os.startfile", "pty.", "os.setuid", "os.setgid", "os.chroot", "os.add_dll_directory",
+    "sys.remote_exec", "webbrowser.", "ftplib.", "smtplib.", "urllib.", "http.", "os.pidfd_open", "syslog.",
+    "os.setxattr", "os.removexattr",
     # subinterpreters have no audit hooks. (Tracing and hand-made code objects are allowed: the verdict is
     # not computed in this process, so corrupting it only lets the program misreport its own values.)
     "cpython.PyInterpreterState_New",
-)
+)  # fmt: skip
 # modules that act without audit events: process creation, native memory, subinterpreters, native file writers,
 # and interpreters of other languages (Tcl can start processes and write files)
-_REFUSED_MODULES = frozenset(
-    {
-        "_posixsubprocess",
-        "_ctypes",
-        "ctypes",
-        "_xxsubinterpreters",
-        "_xxinterpchannels",
-        "_interpreters",
-        "_interpchannels",
-        "_interpqueues",
-        "_sqlite3",
-        "_dbm",
-        "_gdbm",
-        "_posixshmem",
-        "_multiprocessing",
-        "_remote_debugging",
-        "_tkinter",
-        "tkinter",
-        "readline",
-        "_curses",
-        "_curses_panel",
-    }
-)
+_REFUSED_MODULES = frozenset({
+    "_posixsubprocess", "_ctypes", "ctypes", "_xxsubinterpreters", "_xxinterpchannels", "_interpreters",
+    "_interpchannels", "_interpqueues", "_sqlite3", "_dbm", "_gdbm", "_posixshmem", "_multiprocessing",
+    "_remote_debugging", "_tkinter", "tkinter", "readline", "_curses", "_curses_panel",
+})  # fmt: skip
 _PATH_EVENTS = (
-    ("os.remove", (0,)),
-    ("os.unlink", (0,)),
-    ("os.rmdir", (0,)),
-    ("os.mkdir", (0,)),
-    ("os.rename", (0, 1)),
-    ("os.replace", (0, 1)),
-    ("os.chmod", (0,)),
-    ("os.chown", (0,)),
-    ("os.truncate", (0,)),
-    ("os.utime", (0,)),
-    ("os.symlink", (0, 1)),
-    ("os.link", (0, 1)),
-    ("shutil.rmtree", (0,)),
-    ("shutil.copyfile", (1,)),
-    ("shutil.move", (1,)),
-    ("shutil.copytree", (1,)),
-    ("os.mkfifo", (0,)),
-    ("os.mknod", (0,)),
-    ("os.chdir", (0,)),
-)
+    ("os.remove", (0,)), ("os.unlink", (0,)), ("os.rmdir", (0,)), ("os.mkdir", (0,)), ("os.rename", (0, 1)),
+    ("os.replace", (0, 1)), ("os.chmod", (0,)), ("os.chown", (0,)), ("os.truncate", (0,)), ("os.utime", (0,)),
+    ("os.symlink", (0, 1)), ("os.link", (0, 1)), ("shutil.rmtree", (0,)), ("shutil.copyfile", (1,)),
+    ("shutil.move", (1,)), ("shutil.copytree", (1,)), ("os.mkfifo", (0,)), ("os.mknod", (0,)), ("os.chdir", (0,)),
+)  # fmt: skip
 _FD_OK = ("open", "os.chdir", "os.truncate")
 
 
@@ -420,19 +365,9 @@ def _serve(rfd, wfd):
 # lib-dynload modules never mapped before the native lock (refused above, test-only, or not needed: `hashlib`
 # falls back to its built-in hashes without OpenSSL's _hashlib, and nothing here has a network for `ssl`)
 _NOT_PRELOADED = (
-    *sorted(_REFUSED_MODULES),
-    "_test",
-    "_xx",
-    "xxlimited",
-    "xxsubtype",
-    "_ssl",
-    "_hashlib",
-    "nis",
-    "ossaudiodev",
-    "spwd",
-    "_crypt",
-    "audioop",
-)
+    *sorted(_REFUSED_MODULES), "_test", "_xx", "xxlimited", "xxsubtype", "_ssl", "_hashlib", "nis", "ossaudiodev",
+    "spwd", "_crypt", "audioop",
+)  # fmt: skip
 
 
 def _lock_native(fd):

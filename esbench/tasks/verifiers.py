@@ -12,6 +12,8 @@ equation checker and MBPP test execution in the sandbox. They are registered in 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Protocol, cast
 
 from esbench.tasks.verdict import Verdict, normalise_number  # re-exported: callers import them from here too
 
@@ -36,9 +38,18 @@ def verify_exact(response: str, gold: str) -> Verdict:
     return Verdict(answer, answer == gold)
 
 
+class LazyVerifier(Protocol):
+    """A registered verifier that imports its module on first call (`_paper`); `resolve` returns the function that
+    does the work."""
+
+    resolve: Callable[[], Callable[[str, str], Verdict]]
+
+    def __call__(self, response: str, gold: str) -> Verdict: ...
+
+
 # The source text of `_paper`'s inner `verify` is what release v1.0's scheme-1 fingerprint hashed for every paper
 # task: editing it (even a comment inside it) breaks v1.0's pins (tests/leaderboard/test_release.py).
-def _paper(name: str):
+def _paper(name: str) -> LazyVerifier:
     """Lazy import: math-verify and the sandbox load only when a paper task is verified."""
 
     def verify(response: str, gold: str) -> Verdict:
@@ -52,11 +63,12 @@ def _paper(name: str):
 
         return getattr(paper_verifiers, name)
 
-    verify.resolve = resolve
-    return verify
+    lazy = cast(LazyVerifier, verify)  # a function object takes attributes; its Callable type does not say so
+    lazy.resolve = resolve
+    return lazy
 
 
-VERIFIERS = {
+VERIFIERS: dict[str, Callable[[str, str], Verdict]] = {
     "hash": verify_hash,
     "exact": verify_exact,
     "math": _paper("verify_math"),

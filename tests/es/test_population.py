@@ -9,8 +9,9 @@ import pytest
 from run_helpers import only_record, small_suite
 
 from esbench.backends.hf import HFBackend
-from esbench.es.population import LocalPopulation, RayPopulation, Rollout, blocks
+from esbench.es.population import LocalPopulation, Rollout, blocks
 from esbench.es.weights import WeightsDiverged
+from esbench.methods.es_ray import RayPopulation
 from esbench.models import load_model
 from esbench.tasks import get_task
 
@@ -122,7 +123,7 @@ def test_paper_bf16_engines_as_actors_equal_the_one_process_simulation(
 
 
 def test_engines_need_one_process_each(tiny_backend, tmp_path):
-    from esbench.es.population import RayEnginesPopulation
+    from esbench.methods.es_ray import RayEnginesPopulation
 
     editor = tiny_backend.weight_editor("paper-bf16")
     spec = Rollout(

@@ -22,8 +22,9 @@ import pytest
 import torch
 
 from esbench.backends.hf import HFBackend
-from esbench.es import population
-from esbench.es.population import RayPopulation, Rollout, driver_gpu
+from esbench.es.population import Rollout
+from esbench.methods import es_ray
+from esbench.methods.es_ray import RayPopulation, driver_gpu
 from esbench.models import load_model
 
 SPEC = Rollout(population=4, antithetic=False, sigma=0.05, temperature=0.0, max_new_tokens=8, common_sampling_seed=True)
@@ -39,8 +40,8 @@ def tiny_backend(tiny_model_dir):
 def driver_on_gpu_0_of_3(monkeypatch):
     """The driver's replica 'on GPU 0' of a 3-GPU machine: workers ask for a GPU each, and the private instance may
     give them GPUs 1 and 2 (the real `driver_gpu` is tested below)."""
-    monkeypatch.setattr(population, "worker_gpus", lambda backend: 1.0)
-    monkeypatch.setattr(population, "driver_gpu", lambda device: ("0", ["1", "2"]))
+    monkeypatch.setattr(es_ray, "worker_gpus", lambda backend: 1.0)
+    monkeypatch.setattr(es_ray, "driver_gpu", lambda device: ("0", ["1", "2"]))
     monkeypatch.setenv("ESBENCH_RAY_READY_TIMEOUT_S", "30")  # a regression ends instead of waiting forever
 
 
@@ -73,13 +74,14 @@ import os, sys, time
 os.environ.update(RAY_AUTH_MODE="disabled", ESBENCH_RAY_READY_TIMEOUT_S="2")
 import ray, torch
 from esbench.backends.hf import HFBackend
-from esbench.es import population
-from esbench.es.population import RayPopulation, Rollout
+from esbench.methods import es_ray
+from esbench.es.population import Rollout
+from esbench.methods.es_ray import RayPopulation
 from esbench.models import load_model
 from esbench.ray_session import fresh_temp_dir
 
 torch.set_num_threads(1)
-population.worker_gpus = lambda backend: 1.0  # the driver 'on a GPU' of a 1-GPU Ray session it did not start
+es_ray.worker_gpus = lambda backend: 1.0  # the driver 'on a GPU' of a 1-GPU Ray session it did not start
 loaded = load_model(sys.argv[1])
 backend = HFBackend(loaded.model, loaded.tokenizer, device="cpu", cpu_threads=1)
 spec = Rollout(population=4, antithetic=False, sigma=0.05, temperature=0.0, max_new_tokens=8, common_sampling_seed=True)

@@ -20,6 +20,7 @@ import pytest
 
 from esbench.tasks import sandbox
 from esbench.tasks.mbpp_judge import run_mbpp_tests
+from esbench.tasks.sandbox_confine import GUARD
 
 NATIVE = "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
 
@@ -64,7 +65,7 @@ def test_native_code_cannot_write_outside_the_sandbox(repo):
         str(repo / "ESCAPED.txt"),
         str(Path(sys.prefix) / "ESCAPED.txt"),
         "/usr/ESCAPED.txt",
-        str(Path(sandbox.GUARD).parent / "ESCAPED.py"),
+        str(Path(GUARD).parent / "ESCAPED.py"),
     ]
     code = (
         NATIVE

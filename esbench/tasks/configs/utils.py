@@ -21,7 +21,7 @@ def keep_all(resps, docs):
     return resps
 
 
-def flatten(results: list) -> list[str]:
+def flatten(results: list | tuple) -> list[str]:
     """lm-eval hands over one entry per request instance; with `repeats: n` that entry is the list of n."""
     out: list[str] = []
     for r in results:
