@@ -88,7 +88,7 @@ class LocalExecutor:
             h = handles[0]
             return [(h, _in_process(h, refresh))]
         done, _ = concurrent.futures.wait([h.ref for h in handles], timeout, concurrent.futures.FIRST_COMPLETED)
-        out = []
+        out: list[tuple[Handle, Failure | None]] = []
         for h in handles:
             if h.ref in done:
                 e = h.ref.exception()

@@ -39,6 +39,7 @@ leaves that choice to the user (`RAY_AUTH_MODE=disabled` for a private single-ma
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -131,7 +132,7 @@ class RayExecutor:
 
     def __init__(self, jobs: int = 1, max_retries: int = MAX_RETRIES):
         self.max_retries = max_retries  # `jobs` is the local executor's; Ray schedules what the cluster holds
-        self._session = None
+        self._session: contextlib.AbstractContextManager[str | None] | None = None
         self._groups: dict[Any, tuple[Any, dict[str, float], float]] = {}  # task ref -> (group, demand, since)
 
     def submit(self, cells: list[Cell], dir_of: Callable[[Cell], Path]) -> list[Handle]:
@@ -177,7 +178,7 @@ class RayExecutor:
     def wait(self, handles: list[Handle], timeout: float, refresh) -> list[tuple[Handle, Failure | None]]:
         import ray
 
-        known = [(h, h.ref) for h in handles if isinstance(h.ref, Failure)]
+        known: list[tuple[Handle, Failure | None]] = [(h, h.ref) for h in handles if isinstance(h.ref, Failure)]
         if known:
             return known
         by_ref = {h.ref: h for h in handles}
@@ -185,7 +186,7 @@ class RayExecutor:
         if done and rest:
             more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
             done += more
-        out = []
+        out: list[tuple[Handle, Failure | None]] = []
         for ref in done:
             try:
                 ray.get(ref)

@@ -238,7 +238,7 @@ class SlurmExecutor:
             if finished or time.monotonic() >= deadline:
                 break
             time.sleep(min(POLL_S.get(self.name, 0.5), max(deadline - time.monotonic(), 0.0)))
-        out = []
+        out: list[tuple[Handle, Failure | None]] = []
         for h in finished:
             try:
                 error = h.ref.exception()

@@ -43,8 +43,8 @@ def hierarchical_bootstrap(
     if len(shapes) != 1 or not min(next(iter(shapes)), default=0):
         raise ValueError(f"hierarchical bootstrap needs seeds with the same non-empty strata, got sizes {shapes}")
     if len(groups) == 1 and len(groups[0]) == 1:
-        d = groups[0][0]
-        return paired_bootstrap([0.0] * len(d), d, iters, seed, level)
+        diffs = groups[0][0]
+        return paired_bootstrap([0.0] * len(diffs), diffs, iters, seed, level)
     strata = [np.asarray([g[t] for g in groups], dtype=float) for t in range(len(groups[0]))]  # seeds x problems
     n_seeds = len(groups)
     rng = np.random.default_rng(seed)

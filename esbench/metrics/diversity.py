@@ -15,7 +15,7 @@ evaluation time (each cell's own n samples per problem; see docs/analyses.md).
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 
 
@@ -50,7 +50,7 @@ def cluster_distribution(answers: Sequence[str | None]) -> dict[object, float]:
 def js_answers(member_answers: Sequence[Sequence[str | None]]) -> float:
     """Generalised JS over members' answer-cluster distributions for one prompt."""
     dists = [cluster_distribution(a) for a in member_answers]
-    pooled: Counter = Counter()
+    pooled: defaultdict[object, float] = defaultdict(float)  # a Counter holds ints; these are probabilities
     for d in dists:
         for a, p in d.items():
             pooled[a] += p / len(dists)

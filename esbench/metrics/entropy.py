@@ -10,11 +10,23 @@ alike on one fixed prompt set.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
 from esbench.metrics.passk import mean_pass_at_k
+
+
+class Graded(Protocol):
+    """What the probe reads of a verdict (`esbench.tasks.verdict.Verdict`: tasks sit above metrics, not imported)."""
+
+    @property
+    def correct(self) -> bool: ...
+
+    @property
+    def formatted(self) -> bool: ...
 
 
 @dataclass
@@ -26,7 +38,7 @@ class Probe:
 
     prompts: list[str]
     golds: list[str]
-    verify: object  # callable (response, gold) -> Verdict
+    verify: Callable[[str, str], Graded]  # (response, gold) -> Verdict
     samples: int = 4
     temperature: float = 1.0
     max_new_tokens: int = 64

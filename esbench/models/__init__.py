@@ -15,7 +15,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, overload
 
 from pydantic import AfterValidator
 
@@ -51,6 +51,10 @@ def _package_dir(path: str, module: str) -> Path | None:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
+@overload
+def _gguf_file(path: str, installed: Literal[True] = True) -> Path: ...
+@overload
+def _gguf_file(path: str, installed: bool) -> Path | None: ...
 def _gguf_file(path: str, installed: bool = True) -> Path | None:
     """The file behind `pkg:<module>/<file>.gguf`, located without importing the package or any parent of it
     (`_package_dir`). With `installed=False` (suite validation) a package that is not installed is accepted, so

@@ -112,7 +112,9 @@ def build_tokenizer(model_max_length: int):
     )
 
 
-def solve(question: str, bad_step: int | None = None, offset: int = 0, slip: Callable[[], bool] | None = None) -> str:
+def solve(
+    question: str, bad_step: int | None = None, offset: int = 0, slip: Callable[[int], bool] | None = None
+) -> str:
     """A student's worked solution of an `arith` question.
 
     `bad_step` gets its result shifted by `offset` (a careless slip); `slip(result)` is asked at every step whose
