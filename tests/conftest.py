@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from run_helpers import reference_run, shared_once
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -76,6 +77,26 @@ def small_suite(tmp_path, tiny_model_dir) -> Path:
     path = tmp_path / "small.yaml"
     path.write_text(TINY_SUITE.format(path=path, name="small"))
     return path
+
+
+@pytest.fixture(scope="session")
+def small_reference(tmp_path_factory, tiny_model_dir) -> Path:
+    """The small suite's two cells (`run_helpers.suite_cells()`: base and ES, 2 updates) run once per session, in
+    process by the local executor with jobs=1; the executor and seam tests compare their own runs of these cells to
+    it, cell_dir(small_reference, suite, id). Read-only (shared by every test and xdist worker)."""
+    return shared_once(tmp_path_factory, "small-b2", reference_run) / "runs"
+
+
+@pytest.fixture(scope="session")
+def checkpointed_es_reference(tmp_path_factory, tiny_model_dir) -> Path:
+    """The small suite's ES cell with 4 updates and a checkpoint after each (`suite_cells(budget=4,
+    es_extra=", checkpoint_every: 1")`), run once like `small_reference`: the uninterrupted record that the
+    kill/preempt-and-resume tests must reproduce. Read-only."""
+
+    def make(folder: Path) -> None:
+        reference_run(folder, budget=4, es_extra=", checkpoint_every: 1", methods=("es",))
+
+    return shared_once(tmp_path_factory, "small-es-b4-ckpt1", make) / "runs"
 
 
 @pytest.fixture

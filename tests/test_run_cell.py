@@ -90,12 +90,10 @@ def _esbench(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "esbench.cli", *args], capture_output=True, text=True, env=env)
 
 
-def test_run_cell_reproduces_a_finished_cell_exactly(tmp_path, tiny_model_dir):
-    suite_file = tmp_path / "seam.yaml"
-    suite_file.write_text(small_suite("seam"))
-    proc = _esbench("run", str(suite_file), "--out", str(tmp_path / "runs"))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    cells = sorted((tmp_path / "runs" / "seam").glob("*/record.json"))
+def test_run_cell_reproduces_a_finished_cell_exactly(tmp_path, tiny_model_dir, small_reference):
+    """The finished cells are the session's small reference (the small suite's base and ES cells, run by the local
+    executor in one process: what `esbench run` does with its default --jobs 1)."""
+    cells = sorted((small_reference / "executors").glob("*/record.json"))
     assert len(cells) == 2
     for rec_path in cells:
         first = json.loads(rec_path.read_text())

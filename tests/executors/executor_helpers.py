@@ -1,25 +1,13 @@
-"""Shared by the executor tests: the small suite's cells, running them through an executor, comparing two runs'
-cell folders, and signalling a cell's runner once its first ES checkpoint exists."""
+"""Shared by the executor tests: a cell on another model, comparing two runs' cell folders, and signalling a cell's
+runner once its first ES checkpoint exists. (The small suite's cells and running them through an executor are in
+run_helpers, which the session's shared reference runs in tests/conftest.py use too.)"""
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import time
 from pathlib import Path
-
-from rich.console import Console
-from run_helpers import small_suite
-
-
-def suite_cells(tmp_path: Path, budget: int = 2, es_extra: str = ""):
-    from esbench.spec import load_suite
-
-    path = tmp_path / "suite.yaml"
-    path.write_text(small_suite("executors", budget=budget, es_extra=es_extra))
-    suite = load_suite(path)
-    return suite.name, suite.cells()
 
 
 def on_model(cell, path):
@@ -28,15 +16,6 @@ def on_model(cell, path):
 
     model = {k: v for k, v in cell.spec["model"].items() if k != "recipe"}
     return Cell({**cell.spec, "model": {**model, "path": str(path)}}, cell.labels)
-
-
-def run_with(executor: str, cells, out: Path, suite: str, **kw):
-    from esbench.executors import get_executor
-    from esbench.records import cell_dir
-
-    console = Console(file=io.StringIO(), width=120)
-    failed = get_executor(executor)(cells, lambda c: cell_dir(out, suite, c.id), console, jobs=1, **kw)
-    return failed, console.file.getvalue()
 
 
 def assert_same_cell(a: Path, b: Path, train: bool = False) -> None:

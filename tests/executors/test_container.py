@@ -267,8 +267,8 @@ def test_concurrent_gpu_cells_in_containers_get_distinct_devices(tmp_path, monke
     """`--runtime docker --jobs 2` on 2 GPUs: each container is given one device, and not the same one."""
     import io
 
-    from executor_helpers import suite_cells
     from rich.console import Console
+    from run_helpers import suite_cells
 
     from esbench.executors import drive, local
     from esbench.records import cell_dir

@@ -3,15 +3,15 @@ for bit (each cell's backend fixes its own CPU threads); a failing cell is repor
 
 from __future__ import annotations
 
-from executor_helpers import assert_same_cell, on_model, run_with, suite_cells
+from executor_helpers import assert_same_cell, on_model
+from run_helpers import suite_cells
 
 
-def test_two_jobs_reproduce_the_in_process_run(tmp_path, tiny_model_dir):
+def test_two_jobs_reproduce_the_in_process_run(tmp_path, tiny_model_dir, small_reference):
     from esbench.records import cell_dir
 
     suite, cells = suite_cells(tmp_path)
-    failed, _ = run_with("local", cells, tmp_path / "one", suite)
-    assert failed == []
+    one = small_reference  # these cells run in process (jobs=1), once per session
     import io
 
     from rich.console import Console
@@ -24,7 +24,7 @@ def test_two_jobs_reproduce_the_in_process_run(tmp_path, tiny_model_dir):
     assert run_cells(cells, lambda c: cell_dir(tmp_path / "two", suite, c.id), console, jobs=2) == []
     for c in cells:
         trained = c.spec["dataset"] is not None
-        assert_same_cell(cell_dir(tmp_path / "one", suite, c.id), cell_dir(tmp_path / "two", suite, c.id), trained)
+        assert_same_cell(cell_dir(one, suite, c.id), cell_dir(tmp_path / "two", suite, c.id), trained)
 
 
 def test_a_failing_cell_in_a_subprocess_is_reported_with_its_traceback(tmp_path, tiny_model_dir):

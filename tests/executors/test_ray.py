@@ -8,20 +8,20 @@ import json
 import signal
 import threading
 
-from executor_helpers import assert_same_cell, on_model, run_with, signal_after_first_checkpoint, suite_cells
+from executor_helpers import assert_same_cell, on_model, signal_after_first_checkpoint
+from run_helpers import run_with, suite_cells
 
 
-def test_ray_cells_reproduce_the_local_executor(tmp_path, tiny_model_dir, ray_env):
+def test_ray_cells_reproduce_the_local_executor(tmp_path, tiny_model_dir, small_reference, ray_env):
     from esbench.records import cell_dir
 
     suite, cells = suite_cells(tmp_path)
     assert sorted(c.labels["method"] for c in cells) == ["base", "es"]
-    assert run_with("local", cells, tmp_path / "local", suite)[0] == []
     failed, shown = run_with("ray", cells, tmp_path / "ray", suite)
     assert failed == []
     assert len(ray_env) == 1  # one private instance for the whole call
     for c in cells:
-        a, b = cell_dir(tmp_path / "local", suite, c.id), cell_dir(tmp_path / "ray", suite, c.id)
+        a, b = cell_dir(small_reference, suite, c.id), cell_dir(tmp_path / "ray", suite, c.id)  # local, jobs=1
         assert_same_cell(a, b, train=c.labels["method"] == "es")
         assert json.loads((b / "cell.json").read_text()) == c.to_json()
         assert (b / "esbench.log").exists() and not (b / "error.log").exists()
@@ -71,14 +71,15 @@ def test_a_grpo_cell_on_several_gpus_holds_them_all(monkeypatch):
     assert resources(es, 8) == {"num_cpus": 1, "num_gpus": 1}
 
 
-def test_a_killed_ray_worker_is_retried_and_resumes_from_the_checkpoint(tmp_path, tiny_model_dir, ray_env):
+def test_a_killed_ray_worker_is_retried_and_resumes_from_the_checkpoint(
+    tmp_path, tiny_model_dir, checkpointed_es_reference, ray_env
+):
     """SIGKILL the worker running an ES cell after its first checkpoint: Ray retries the task on a fresh worker, the
     dead worker's lease is stale (its pid is gone), and the retry resumes from work/ to the uninterrupted record."""
     from esbench.records import CellDir, cell_dir
 
     suite, cells = suite_cells(tmp_path, budget=4, es_extra=", checkpoint_every: 1")
     (es,) = [c for c in cells if c.labels["method"] == "es"]
-    assert run_with("local", [es], tmp_path / "local", suite)[0] == []
 
     cd = CellDir(cell_dir(tmp_path / "ray", suite, es.id))
     killed: dict = {}
@@ -88,7 +89,7 @@ def test_a_killed_ray_worker_is_retried_and_resumes_from_the_checkpoint(tmp_path
     killer.join(timeout=5)
     assert failed == []
     assert killed.get("step", 0) >= 1 and not killed["record_existed"], killed
-    assert_same_cell(cell_dir(tmp_path / "local", suite, es.id), cd.path, train=True)
+    assert_same_cell(cell_dir(checkpointed_es_reference, suite, es.id), cd.path, train=True)  # local, uninterrupted
     assert not cd.work.exists() and not cd.lease.exists()
     runs = [ln for ln in cd.log.read_text().splitlines() if f"cell {cd.path.name}: " in ln]
     assert len(runs) == 2 and "starting" in runs[0] and "resuming from work/" in runs[1], runs

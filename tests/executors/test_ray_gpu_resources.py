@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from executor_helpers import suite_cells
+from run_helpers import suite_cells
 
 FAKE_GPUS = 3
 DEADLINE_S = 420  # a deadlock fails the test instead of hanging it

@@ -9,7 +9,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from executor_helpers import assert_same_cell, on_model, run_with, signal_after_first_checkpoint, suite_cells
+from executor_helpers import assert_same_cell, on_model, signal_after_first_checkpoint
+from run_helpers import run_with, suite_cells
 
 SETTINGS = (
     "ESBENCH_SLURM_PARTITION",
@@ -30,28 +31,28 @@ def local_submitit(monkeypatch):
         monkeypatch.delenv(name, raising=False)
 
 
-def test_submitit_cell_reproduces_the_local_executor(tmp_path, tiny_model_dir, local_submitit):
+def test_submitit_cell_reproduces_the_local_executor(tmp_path, tiny_model_dir, small_reference, local_submitit):
     from esbench.records import cell_dir
 
     suite, cells = suite_cells(tmp_path)
     (base,) = [c for c in cells if c.labels["method"] == "base"]
-    assert run_with("local", [base], tmp_path / "local", suite)[0] == []
     failed, shown = run_with("slurm", [base], tmp_path / "slurm", suite)
     assert failed == []
     assert "submitted 1 cells to local" in shown and f"{base.name}: done" in shown
-    assert_same_cell(cell_dir(tmp_path / "local", suite, base.id), cell_dir(tmp_path / "slurm", suite, base.id))
+    assert_same_cell(cell_dir(small_reference, suite, base.id), cell_dir(tmp_path / "slurm", suite, base.id))
     outs = list((tmp_path / "slurm" / suite / ".submitit").glob("*/*_log.out"))
     assert len(outs) == 1 and "Job completed successfully" in outs[0].read_text()
 
 
-def test_a_preempted_task_is_requeued_and_resumes_from_the_checkpoint(tmp_path, tiny_model_dir, local_submitit):
+def test_a_preempted_task_is_requeued_and_resumes_from_the_checkpoint(
+    tmp_path, tiny_model_dir, checkpointed_es_reference, local_submitit
+):
     """USR2 to the task process after the first ES checkpoint of 4: submitit calls `RunCell.checkpoint`, requeues
     (LocalExecutor: exit 144, the controller restarts the task), and the re-run resumes from work/."""
     from esbench.records import CellDir, cell_dir
 
     suite, cells = suite_cells(tmp_path, budget=4, es_extra=", checkpoint_every: 1")
     (es,) = [c for c in cells if c.labels["method"] == "es"]
-    assert run_with("local", [es], tmp_path / "local", suite)[0] == []
 
     cd = CellDir(cell_dir(tmp_path / "slurm", suite, es.id))
     sent: dict = {}
@@ -68,7 +69,7 @@ def test_a_preempted_task_is_requeued_and_resumes_from_the_checkpoint(tmp_path, 
     assert text.count("Starting with JobEnvironment") == 2 and "Job completed successfully" in text
     runs = [ln for ln in cd.log.read_text().splitlines() if f"cell {cd.path.name}: " in ln]
     assert len(runs) == 2 and "starting" in runs[0] and "resuming from work/" in runs[1], runs
-    assert_same_cell(cell_dir(tmp_path / "local", suite, es.id), cd.path, train=True)
+    assert_same_cell(cell_dir(checkpointed_es_reference, suite, es.id), cd.path, train=True)  # local, uninterrupted
     assert not cd.work.exists() and not cd.lease.exists()
 
 

@@ -13,7 +13,7 @@ import pytest
 from run_helpers import only_record, start_run
 
 from esbench.cli import main
-from esbench.records import _proc_stat
+from esbench.leases import _proc_stat
 
 ES_SUITE = """\
 # esbench run {path}

@@ -170,7 +170,8 @@ def _board(flops: list[float | None]):
 
 
 def test_leaderboard_shows_flops_beside_each_row():
-    from esbench.leaderboard.render import page, suite_sections
+    from esbench.leaderboard.render import suite_sections
+    from esbench.leaderboard.render_html import page
 
     board = _board([1.234e15, None])
     md = "\n".join(suite_sections(board))
@@ -185,7 +186,7 @@ def test_leaderboard_shows_flops_beside_each_row():
 def test_leaderboard_entry_takes_the_records_flops(tmp_path):
     """`_entries` averages the seeds' compute.flops; a seed without it leaves the entry without FLOPs."""
     from esbench.leaderboard.board import _entries
-    from esbench.leaderboard.verify_cell import CellResult, Report
+    from esbench.leaderboard.verify_report import CellResult, Report
 
     (tmp_path / "MANIFEST.json").write_text("{}")
 
