@@ -175,5 +175,6 @@ class Sequence(Method):
         return TrainResult(
             updates=budget,
             summary={"stage_budgets": budgets, "stage_methods": [s.kind for s in config.stages]},
-            **totals,
+            rollouts=totals["rollouts"],
+            generated_tokens=totals["generated_tokens"],
         )

@@ -23,6 +23,7 @@ settings), direction seeds from ES's member seeds of a reserved step.
 from __future__ import annotations
 
 import hashlib
+import typing
 from typing import Literal
 
 import numpy as np
@@ -36,7 +37,7 @@ from esbench.metrics.subtraction import subtraction_stats
 Objective = Literal[
     "reward-common", "reward-independent", "cross-entropy", "fixed-logprob", "fixed-policy-loss", "fixed-grpo"
 ]
-ALL_OBJECTIVES: list[str] = list(Objective.__args__)  # type: ignore[attr-defined]
+ALL_OBJECTIVES: list[Objective] = list(typing.get_args(Objective))
 _DIRECTION_STEP = 1 << 40  # ES member seeds of this (never trained) step give the directions
 
 
@@ -101,11 +102,11 @@ class Subtraction(Method):
         )  # fmt: skip
         f_prompts = [p for p, g in zip(prompts, fixed, strict=True) for _ in g]
         f_texts = [s.text for g in fixed for s in g]
-        adv = []
+        advantages: list[float] = []
         for g, gold in zip(fixed, golds, strict=True):
             r = np.array([reward(s.text, gold) for s in g])
-            adv += list((r - r.mean()) / (r.std(ddof=0) + 1e-8))
-        adv = np.array(adv)
+            advantages += list((r - r.mean()) / (r.std(ddof=0) + 1e-8))
+        adv = np.array(advantages)
 
         def fixed_objectives(base_lp) -> dict[str, list[float]]:
             lp = backend.token_logprobs(f_prompts, f_texts)
