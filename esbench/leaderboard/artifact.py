@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from esbench.leaderboard.compare import bootstrap_se, t_quantile
-from esbench.leaderboard.grid import method_key
+from esbench.records import method_key
 
 PASS, FAIL, NA = "pass", "fail", "not applicable"
 REPORTED, NOT_JUDGED = "reported", "not judged"

@@ -20,8 +20,8 @@ from typing import Any
 from esbench import claims as paper_claims
 from esbench.leaderboard.artifact import cell_verdict
 from esbench.leaderboard.compare import compare, estimate, pooled_seed_sd, seed_sd_for
-from esbench.leaderboard.grid import method_key
 from esbench.leaderboard.verify import MANIFEST, Report, submission_evidence, submission_folders, verify
+from esbench.records import method_key
 from esbench.untrusted import UntrustedInputError, read_bytes
 
 METRICS = ["pass@1", "pass@16", "pass@32", "maj@16", "maj@32", "greedy"]
@@ -55,7 +55,7 @@ class Entry:
     def status(self) -> str:
         """The worst status over every compared metric of every task."""
         seen = [m["status"] for t in self.tasks.values() for m in t["metrics"].values() if m.get("status")]
-        return min(seen, key=STATUS_ORDER.get) if seen else NO_REF
+        return min(seen, key=STATUS_ORDER.__getitem__) if seen else NO_REF  # every status set is one of these
 
 
 @dataclass
@@ -126,7 +126,8 @@ def expected_value(expected: dict[str, Any], model: str, method: str, task: str,
 def build_board(root: Path, release: dict[str, Any]) -> Board:
     ref_doc = json.loads((release["dir"] / release["reference"]["paper"]).read_text())
     expected = json.loads((release["dir"] / release["reference"]["expected_results"]).read_text())
-    accepted, rejected = [], []
+    accepted: list[Report] = []
+    rejected: list[Report] = []
     folders = submission_folders(root)
     peers = {p: submission_evidence(p) for p in folders}  # once, for every submission's check for copies
     for path in folders:
@@ -208,7 +209,8 @@ def _entries(
             paper_method=paper_method,
         )
         flops = [_finite((c.record.get("compute") or {}).get("flops")) for c in cells]
-        e.flops = _finite(sum(flops) / len(flops)) if None not in flops else None
+        known = [f for f in flops if f is not None]
+        e.flops = _finite(sum(known) / len(known)) if len(known) == len(flops) else None
         for t in spec["eval"]["tasks"]:
             paper_task = pmap["tasks"].get(t)
             mapped = paper_model and paper_method and paper_task
@@ -225,7 +227,7 @@ def _entries(
                     "per_seed": [100.0 * v for v in per_seed],
                 }
                 refv = None
-                if mapped:
+                if paper_model and paper_method and paper_task:  # `mapped`, spelled out: narrows the three to str
                     refv = expected_value(expected, paper_model, paper_method, paper_task, m, spec["budget"])
                     refv = refv or reference_value(ref, pmap["tables"], paper_model, paper_method, paper_task, m)
                 if refv is not None:

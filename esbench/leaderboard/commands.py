@@ -26,7 +26,7 @@ def _console(stderr: bool = False):
 
 
 def _print_report(report, as_json: bool) -> None:
-    from esbench.leaderboard.render import for_terminal as t
+    from esbench.leaderboard.escape import for_terminal as t
 
     if as_json:
         print(json.dumps(report.to_json(), indent=2))  # ASCII JSON: every control character escaped
@@ -48,7 +48,7 @@ def cmd_submit(args) -> int:
     try:
         dest, report = submit(Path(args.run_dir), args.name, Path(args.root), args.release)
     except SubmitError as e:
-        from esbench.leaderboard.render import plain
+        from esbench.leaderboard.escape import plain
 
         print(f"esbench submit: {plain(e)}", file=sys.stderr)
         if e.report is not None:
@@ -85,8 +85,8 @@ def cmd_reproduce(args) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from esbench.leaderboard.escape import for_terminal as t
     from esbench.leaderboard.release import load_release
-    from esbench.leaderboard.render import for_terminal as t
     from esbench.leaderboard.reproduce import reproduce
 
     report, code = _verified(args, "reproduce")
@@ -144,8 +144,8 @@ def cmd_build(args) -> int:
     from rich.table import Table
 
     from esbench.leaderboard.board import build_board
+    from esbench.leaderboard.escape import for_terminal as t
     from esbench.leaderboard.release import load_release
-    from esbench.leaderboard.render import for_terminal as t
     from esbench.leaderboard.render import render
 
     root = Path(args.root)

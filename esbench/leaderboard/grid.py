@@ -31,15 +31,6 @@ def _strip(spec: dict[str, Any], *keys: str) -> str:
     return _canon({k: v for k, v in spec.items() if k not in keys})
 
 
-def method_key(spec: dict[str, Any]) -> str:
-    """`es`, `grpo`, ... or `sequence:es,grpo` for a composition (the paper's ES->GRPO). The one key the paper map
-    and the artifact rule both match a cell's method by, so the two can never disagree on what "ES" is."""
-    m = spec["method"]
-    if m["kind"] == "sequence":
-        return "sequence:" + ",".join(s["kind"] for s in m["config"].get("stages", []))
-    return m["kind"]
-
-
 class ReleaseGrid:
     """The release's frozen cells (`cells.json`), indexed for the grid check.
 

@@ -11,6 +11,7 @@ import functools
 import hashlib
 import inspect
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +92,7 @@ def verifier_fingerprint(verifier_name: str, scheme: int = FINGERPRINT_SCHEME) -
             elif isinstance(obj, (str, int, float, bytes, tuple, frozenset, dict, re.Pattern)):
                 extra[f"{f.__module__}.{name}"] = repr(obj)
             elif obj is not None:
-                imported.add(getattr(obj, "__module__", None) or getattr(obj, "__name__", ""))
+                imported.add(getattr(obj, "__module__", "") or getattr(obj, "__name__", ""))
         for module in imported if scheme >= 2 else ():
             dist = _distribution_of(module)
             if dist:
@@ -126,7 +127,7 @@ def _distribution_of(module_name: str) -> str | None:
 
 
 @functools.cache
-def _packages_distributions() -> dict[str, list[str]]:
+def _packages_distributions() -> Mapping[str, list[str]]:
     from importlib.metadata import packages_distributions
 
     return packages_distributions()
@@ -307,8 +308,8 @@ REQUIRED_PROVENANCE: dict[str, list[str]] = {
 def claims_map() -> dict[str, Any]:
     """The paper's headline claims as this release states them (`esbench.claims`): each one's statistic, direction
     and test, with the margins and the bootstrap, frozen beside the suites so a verdict can be read against the
-    statement it was made under. (Imported late: `esbench.claims` imports the leaderboard's grid.)"""
-    from esbench import claims
+    statement it was made under."""
+    from esbench import claims  # late: only building a release reads the claims
 
     return {
         "paper": "arXiv 2608.27351",
@@ -383,8 +384,8 @@ def write_release(
     import shutil
 
     from esbench.records import RECORD_SCHEMA, atomic_write_json, atomic_write_text
-    from esbench.spec import SCHEMA as SUITE_SCHEMA
     from esbench.spec import load_suite
+    from esbench.spec_schema import SCHEMA as SUITE_SCHEMA
     from esbench.tasks import get_task
 
     rule = rule or DEFAULT_RULE

@@ -20,13 +20,16 @@ different code, data or samples. A plug-in method must be installed to be re-run
 from __future__ import annotations
 
 import fnmatch
-import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from esbench.leaderboard.compare import Estimate, bootstrap_se, compare
+from esbench.leaderboard.verify_report import as_model
 from esbench.metrics.passk import pass_at_k
+from esbench.records import Record, read_record
+from esbench.untrusted import load_json_object
 
 
 @dataclass
@@ -43,20 +46,20 @@ class CellCheck:
         return dict(self.__dict__)
 
 
-def _pass_values(per_problem: list[list[int]], k: int) -> list[float]:
+def _pass_values(per_problem: Sequence[tuple[int, int]], k: int) -> list[float]:
     return [pass_at_k(n, c, k) for n, c in per_problem]
 
 
-def compare_records(submitted: dict[str, Any], rerun: dict[str, Any], rule: dict[str, Any]) -> CellCheck:
+def compare_records(submitted: Record, rerun: Record, rule: dict[str, Any]) -> CellCheck:
     """Set a re-run's record beside the submitted one (both for the same cell spec)."""
-    cell = submitted["cell"]
+    cell = submitted.cell
     check = CellCheck(cell["id"], cell["name"], "identical")
-    old_w = submitted["provenance"].get("final_weights_sha256")
-    check.weights_identical = old_w is not None and old_w == rerun["provenance"].get("final_weights_sha256")
-    check.samples_identical = submitted.get("samples_sha256") == rerun.get("samples_sha256")
+    old_w = submitted.provenance.get("final_weights_sha256")
+    check.weights_identical = old_w is not None and old_w == rerun.provenance.get("final_weights_sha256")
+    check.samples_identical = submitted.samples_sha256 == rerun.samples_sha256
     for t in cell["spec"]["eval"]["tasks"]:
-        old_pp = submitted["metrics"][t]["per_problem"]
-        new_pp = rerun["metrics"][t]["per_problem"]
+        old_pp = submitted.metrics[t].per_problem
+        new_pp = rerun.metrics[t].per_problem
         for k in cell["spec"]["eval"]["k"]:
             old, new = _pass_values(old_pp, k), _pass_values(new_pp, k)
             ref = 100 * sum(old) / len(old)
@@ -80,8 +83,8 @@ def compare_records(submitted: dict[str, Any], rerun: dict[str, Any], rule: dict
     if not (check.weights_identical and check.samples_identical):
         warned = any(m["status"] == "warn" for m in check.metrics)
         check.status = "failed" if check.reasons else ("warn" if warned else "consistent")
-    start_old = (submitted["provenance"].get("model") or {}).get("state_sha256")
-    start_new = (rerun["provenance"].get("model") or {}).get("state_sha256")
+    start_old = (submitted.provenance.get("model") or {}).get("state_sha256")
+    start_new = (rerun.provenance.get("model") or {}).get("state_sha256")
     if start_old and start_new and start_old != start_new:
         # Not a verdict on the method: the embedded model is built from code, and another CPU's kernels build other
         # weights, so bit-identity is out of reach and only the rule applies. Said so the reader does not hunt a bug.
@@ -109,18 +112,21 @@ def reproduce(
 
     checks = []
     digest = runtime.digest() if runtime is not None else None  # one `image inspect` for the whole re-run
-    for d in sorted((Path(path) / "cells").iterdir()):
-        submitted = json.loads((d / "record.json").read_text())
-        meta = json.loads((d / "cell.json").read_text())
+    for d in sorted((Path(path) / "cells").iterdir()):  # a submission's files: read by the strict reader
+        submitted = as_model(Record, load_json_object(d / "record.json"))
+        meta = load_json_object(d / "cell.json")
         cell = Cell(meta["spec"], meta["labels"])
         if only and not any(fnmatch.fnmatch(cell.name, g) or fnmatch.fnmatch(cell.id, g) for g in only):
             continue
         if on_cell:
             on_cell(cell)
         try:
-            rerun = (
-                run_cell(cell, Path(out) / cell.id) if runtime is None else _in_container(runtime, digest, cell, out)
-            )
+            if runtime is None:
+                run_cell(cell, Path(out) / cell.id)
+                rerun = read_record(Path(out) / cell.id)
+            else:
+                assert digest is not None  # read above whenever there is a runtime
+                rerun = _in_container(runtime, digest, cell, out)
         except Exception as e:  # a cell that cannot be re-run here (a plug-in not installed, no GPU) is a reason
             checks.append(CellCheck(cell.id, cell.name, "failed", reasons=[f"re-run failed: {type(e).__name__}: {e}"]))
             continue
@@ -133,10 +139,10 @@ def reproduce(
     return checks
 
 
-def _in_container(runtime, digest: str, cell, out: Path) -> dict[str, Any]:
+def _in_container(runtime, digest: str, cell, out: Path) -> Record:
     from esbench.executors import Handle, write_cell
     from esbench.executors.local import cell_command, run_command
 
     h = Handle(cell, write_cell(cell, lambda c: Path(out) / c.id))
     run_command(cell_command(h, runtime, digest))
-    return json.loads(h.cd.record.read_text())
+    return h.cd.read_record()

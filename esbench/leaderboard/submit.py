@@ -14,9 +14,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from esbench.leaderboard.release import CURRENT
 from esbench.leaderboard.verify import MANIFEST, NAME, SUBMISSION, SUBMISSION_SCHEMA, Report, manifest_for, verify
-from esbench.records import atomic_write_json
+from esbench.leaderboard.verify_report import as_model, field_reasons
+from esbench.records import Record, atomic_write_json
 from esbench.untrusted import UntrustedInputError, load_json_object, read_bytes
 
 
@@ -57,20 +60,28 @@ def submit(
     if dest.exists():
         raise SubmitError(f"submission {name!r} already exists at {dest}; choose another name")
     cells = find_cells(run_dir)
-    try:  # a run folder is read like a submission: no link followed, no FIFO or device read, strict JSON
-        records = [load_json_object(c / "record.json") for c in cells]
+    # A run folder is read like a submission: no link followed, no FIFO or device read, strict JSON, and each record
+    # validated as verify validates it (`Record`, no coercion).
+    records: list[Record] = []
+    try:
+        for c in cells:
+            path = c / "record.json"
+            try:
+                records.append(as_model(Record, load_json_object(path)))
+            except ValidationError as e:
+                raise UntrustedInputError("; ".join(field_reasons(e, str(path)))) from None
         for r in records:
-            if not isinstance(r.get("cell"), dict) or not isinstance(r["cell"].get("labels"), dict):
+            if not isinstance(r.cell.get("labels"), dict):
                 raise UntrustedInputError("a record without cell labels")
         for c, r in zip(cells, records, strict=True):  # its id names the folder it is copied to
-            if r["cell"].get("id") != c.name:
-                raise UntrustedInputError(f"{c / 'record.json'}: cell id {r['cell'].get('id')!r} is not its folder's")
+            if r.cell.get("id") != c.name:
+                raise UntrustedInputError(f"{c / 'record.json'}: cell id {r.cell.get('id')!r} is not its folder's")
     except UntrustedInputError as e:
         raise SubmitError(f"cannot package the run: {e}") from None
-    suites = sorted({r["cell"]["labels"]["suite"] for r in records})
+    suites = sorted({r.cell["labels"]["suite"] for r in records})
     if len(suites) != 1:
         raise SubmitError(f"a submission covers one suite; these cells come from {suites}")
-    stale = sorted({str(r.get("release")) for r in records} - {release_id})
+    stale = sorted({r.release for r in records} - {release_id})
     if stale:
         raise SubmitError(f"the run was made under release {', '.join(stale)}; release {release_id} needs a fresh run")
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -78,14 +89,14 @@ def submit(
     try:
         staged = tmp / name  # verify checks that the folder name is the submission name
         for c, r in zip(cells, records, strict=True):
-            out = staged / "cells" / r["cell"]["id"]
+            out = staged / "cells" / r.cell["id"]
             (out / "samples").mkdir(parents=True)
             files = [f for f in ("cell.json", "record.json", "train.jsonl") if (c / f).exists()]
             try:
                 for f in files:
                     (out / f).write_bytes(read_bytes(c / f))
-                for f in sorted((c / "samples").glob("*.jsonl")):
-                    (out / "samples" / f.name).write_bytes(read_bytes(f))
+                for sample in sorted((c / "samples").glob("*.jsonl")):
+                    (out / "samples" / sample.name).write_bytes(read_bytes(sample))
             except UntrustedInputError as e:
                 raise SubmitError(f"cannot package the run: {e}") from None
         meta: dict[str, Any] = {
@@ -95,8 +106,7 @@ def submit(
             "suite": suites[0],
             "created": created or dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "cells": [
-                {"id": r["cell"]["id"], "name": r["cell"]["name"], "method": r["cell"]["labels"]["method"]}
-                for r in records
+                {"id": r.cell["id"], "name": r.cell["name"], "method": r.cell["labels"]["method"]} for r in records
             ],
         }
         atomic_write_json(staged / SUBMISSION, meta)

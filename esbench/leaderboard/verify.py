@@ -23,8 +23,9 @@ Evidence, not names, identifies a submission: one whose cells' sampled outputs a
 What it cannot detect is a consistent forgery of the model's outputs themselves (docs/leaderboard.md says which);
 re-running a cell is the check for that.
 
-The checks of a single cell folder, and the `Report` and `CellResult` they fill, live in verify_cell.py; this
-module holds the submission-level flow: the manifest, submission.json, the release grid and the cross-cell checks.
+The checks of a single cell folder live in verify_cell.py, and the `Report` and `CellResult` they fill in
+verify_report.py; this module holds the submission-level flow: the manifest, submission.json, the release grid and the
+cross-cell checks.
 """
 
 from __future__ import annotations
@@ -38,17 +39,14 @@ from typing import Any
 
 from esbench.leaderboard.grid import ReleaseGrid, _canon, _strip
 from esbench.leaderboard.release import CURRENT, load_release
-from esbench.leaderboard.verify_cell import (
-    CELL_FILES,  # noqa: F401  (CELL_FILES, RECORD_KEYS, TOL: moved, still importable from here)
-    RECORD_KEYS,  # noqa: F401
-    TOL,  # noqa: F401
+from esbench.leaderboard.verify_cell import _check_cell
+from esbench.leaderboard.verify_report import (
     CellResult,
     Report,
-    _check_cell,
     _read_json,
     _refused,
-    response_evidence,
 )
+from esbench.leaderboard.verify_samples import response_evidence
 from esbench.records import sha256_file
 from esbench.untrusted import UntrustedInputError, load_json_object, load_jsonl, read_bytes
 
@@ -252,7 +250,7 @@ def _same_run(a: CellResult, b: CellResult) -> bool:
 def _check_across_cells(report: Report, sub: dict[str, Any], dirs: list[Path]) -> None:
     listed = sub.get("cells")
     if isinstance(listed, list):
-        ids = [c.get("id") if isinstance(c, dict) else c for c in listed]
+        ids: list[Any] = [c.get("id") if isinstance(c, dict) else c for c in listed]  # untrusted: any JSON value
         on_disk = [d.name for d in dirs]
         for missing in sorted(set(ids) - set(on_disk)):
             report.add(f"{SUBMISSION}: lists cell {missing} but cells/{missing} is missing")
@@ -260,7 +258,7 @@ def _check_across_cells(report: Report, sub: dict[str, Any], dirs: list[Path]) -
             report.add(f"cells/{extra}: not listed in {SUBMISSION}")
         if len(set(ids)) != len(ids):
             report.add(f"{SUBMISSION}: lists a cell twice")
-        records = {c.id: c.record["cell"] for c in report.cells}
+        records: dict[Any, dict[str, Any]] = {c.id: c.record["cell"] for c in report.cells}  # read with untrusted ids
         for entry in listed:
             cell = records.get(entry.get("id")) if isinstance(entry, dict) else None
             if cell is None:
@@ -319,7 +317,7 @@ def _check_across_cells(report: Report, sub: dict[str, Any], dirs: list[Path]) -
                 report.add(f"copied evidence: trained cells {earlier[0].id} and {c.id} claim identical final weights")
             earlier.append(c)
     # One model spec, one starting point: every cell of the same model must start from the same weights.
-    starts: dict[str, tuple[str, str]] = {}
+    starts: dict[str, tuple[str, str | None]] = {}  # model spec -> (first cell, its start weights, if recorded)
     for c in report.cells:
         key = _canon(c.record["cell"]["spec"]["model"])
         start = (c.record["provenance"].get("model") or {}).get("state_sha256")
@@ -399,8 +397,8 @@ def _check_copies(
     if peers is None:
         peers = {p: submission_evidence(p) for p in submission_folders(root)}
     here = path.resolve()
-    for other, fp in sorted(peers.items()):
-        if fp != evidence or Path(other).resolve() == here:
+    for other, other_fp in sorted(peers.items()):
+        if other_fp != evidence or Path(other).resolve() == here:
             continue
         if verify(Path(other), root, release_id, peers={}).ok:
             report.add(

@@ -2,26 +2,30 @@
 
 One cell is checked on its own: its record's shape and release, its place on the release's grid and its labels,
 its provenance, its eval and train sets, its training log against the updates its budget buys, and every metric
-re-derived from its per-sample logs (verdicts re-run by the task verifiers). verify.py holds the submission-level
-flow around this (manifest, submission.json, the checks across cells) and calls `_check_cell` once per folder.
+re-derived from its per-sample logs (verdicts re-run by the task verifiers; verify_samples.py). verify.py holds the
+submission-level flow around this (manifest, submission.json, the checks across cells) and calls `_check_cell` once
+per folder.
 
-The two are separate so each reads on its own; this module is the lower one. It also holds what both need (the
-`Report` and `CellResult` dataclasses, the JSON helpers), so verify.py imports from here and never the reverse.
+The record and the training log are validated into `esbench.records.Record` and `TrainRow` (the models the runner
+writes and the report reads) once their shape is checked, with no coercion; a field of the wrong type refuses the cell
+with a reason naming the file and the field. The grid, provenance, data and sample checks then read the typed record;
+what is about the file as written (the keys it has, its metrics and train summary, compared number for number) is
+read from its JSON.
+
+The two are separate so each reads on its own; this module is the lower one. What both need (the `Report` and
+`CellResult` dataclasses, the JSON helpers) is in verify_report.py, below both.
 """
 
 from __future__ import annotations
 
-import hashlib
-import math
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from esbench.leaderboard.grid import ReleaseGrid, _canon, _diff_paths
-from esbench.leaderboard.release import task_source, verifier_fingerprint
-from esbench.records import CELL_SEED_EVAL_RELEASES, eval_seed
-from esbench.untrusted import UntrustedInputError, load_jsonl, loads, read_bytes, read_text
+from esbench.leaderboard.grid import ReleaseGrid, _diff_paths
+from esbench.leaderboard.verify_report import CellResult, Report, _close, _read_json, _read_jsonl, _validated
+from esbench.leaderboard.verify_samples import _recompute
+from esbench.records import CELL_SEED_EVAL_RELEASES, Record, TrainRow, eval_seed
 
 CELL_FILES = {"cell.json", "record.json", "train.jsonl"}
 RECORD_KEYS = {
@@ -36,60 +40,9 @@ RECORD_KEYS = {
     "provenance": dict,
     "samples_sha256": dict,
 }
-TOL = 1e-9
 # Verifiers that grade by running the response as code: their verdicts count only from the OS-confined sandbox.
 CODE_VERIFIERS = {"mbpp"}
 CONFINED_MODE = "bwrap"
-
-
-@dataclass
-class CellResult:
-    """A verified cell: its record and what was recomputed from its samples."""
-
-    id: str
-    record: dict[str, Any]
-    recomputed: dict[str, dict[str, Any]] = field(default_factory=dict)
-    per_problem: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # task -> metric -> values
-    grid: str = ""  # "release" or "plug-in"
-    evidence: str = ""  # hash of every sampled response, to spot one run submitted under two seeds
-    train: list[dict[str, Any]] | None = None  # train.jsonl as verified (render reads it from here, not from disk)
-
-
-@dataclass
-class Report:
-    path: Path
-    release: str
-    reasons: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # not grounds for rejection, shown with the submission
-    unverified: dict[str, list[str]] = field(default_factory=dict)  # record fields verify cannot recompute
-    cells: list[CellResult] = field(default_factory=list)
-    submission: dict[str, Any] = field(default_factory=dict)
-    stopped: bool = False  # a hash failed: nothing further is read or recomputed
-    evidence: str = ""  # the submission's evidence fingerprint (`verify.submission_evidence`), set when accepted
-
-    @property
-    def ok(self) -> bool:
-        """Accepted: no reason, and at least one cell verified (an empty verification proves nothing)."""
-        return not self.reasons and bool(self.cells)
-
-    def add(self, reason: str) -> None:
-        self.reasons.append(reason)
-
-    def stop(self, reason: str) -> None:
-        """A failed hash: the submission is rejected whatever else holds, so the work ends here (a hostile
-        submission cannot make verify recompute, or run verifiers on, content it has already been caught editing)."""
-        self.add(reason)
-        self.stopped = True
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "path": str(self.path),
-            "release": self.release,
-            "accepted": self.ok,
-            "reasons": self.reasons,
-            "notes": self.notes,
-            "cells": [c.id for c in self.cells],
-        }
 
 
 def _get(d: Any, dotted: str) -> tuple[bool, Any]:
@@ -98,32 +51,6 @@ def _get(d: Any, dotted: str) -> tuple[bool, Any]:
             return False, None
         d = d[part]
     return True, d
-
-
-def _refused(e: UntrustedInputError, path: Path, what: str) -> str:
-    """The reader's one-line reason, with the submission-relative name instead of the absolute path."""
-    return str(e).replace(os.fspath(path), what)
-
-
-def _read_json(path: Path, report: Report, what: str) -> Any:
-    """A submission's JSON file, read by the strict reader (regular file only, no link followed, size cap,
-    duplicate keys, NaN/Infinity and deep nesting refused); None, with the reason added, when it is refused."""
-    if not os.path.lexists(path):
-        report.add(f"{what}: missing")
-        return None
-    try:
-        return loads(read_text(path), what=what)
-    except UntrustedInputError as e:
-        report.add(_refused(e, path, what))
-    return None
-
-
-def _read_jsonl(path: Path, report: Report, what: str) -> list[dict[str, Any]] | None:
-    try:
-        return load_jsonl(path)
-    except UntrustedInputError as e:
-        report.add(_refused(e, path, what))
-    return None
 
 
 def _check_cell(d: Path, release: dict[str, Any], grid: ReleaseGrid, report: Report) -> CellResult | None:
@@ -151,16 +78,20 @@ def _check_cell(d: Path, release: dict[str, Any], grid: ReleaseGrid, report: Rep
             report.add(f"{where}/record.json: {key!r} must be a {typ.__name__}")
     if len(report.reasons) > n_before:
         return None  # the remaining checks need a well-formed record
-    if record["schema"] != release["record_schema"]:
+    for t, m in record["metrics"].items():
+        if not isinstance(m, dict):
+            report.add(f"{where}: metrics.{t} must be an object of metrics")
+    typed = _validated(Record, record, f"{where}/record.json", report) if len(report.reasons) == n_before else None
+    if typed is None:
+        return None
+    if typed.schema_ != release["record_schema"]:
         report.add(
-            f"{where}/record.json: schema {record['schema']!r}, release {release['id']} requires "
+            f"{where}/record.json: schema {typed.schema_!r}, release {release['id']} requires "
             f"{release['record_schema']!r}"
         )
-    if record["release"] != release["id"]:
-        report.add(
-            f"{where}/record.json: record from another release ({record['release']!r}, expected {release['id']!r})"
-        )
-    cell = record["cell"]
+    if typed.release != release["id"]:
+        report.add(f"{where}/record.json: record from another release ({typed.release!r}, expected {release['id']!r})")
+    cell = typed.cell
     spec = cell.get("spec")
     if not isinstance(spec, dict) or not isinstance(spec.get("eval"), dict) or "seed" not in spec:
         report.add(f"{where}/record.json: cell.spec is missing or malformed")
@@ -184,12 +115,12 @@ def _check_cell(d: Path, release: dict[str, Any], grid: ReleaseGrid, report: Rep
     else:
         _check_labels(where, cell, on, placed, grid, report)
     result = CellResult(real_id if cell.get("id") == real_id else str(cell.get("id")), record, grid=placed or "")
-    for key in sorted(set(record) - set(RECORD_KEYS)):
+    for key in sorted(set(record) - set(RECORD_KEYS)):  # the keys the file has, beyond the ones checked here
         report.unverified.setdefault(key, []).append(result.id)  # e.g. `analyses`: drift, diversity, sparsity
-    _check_provenance(where, record, release, report)
-    train_size = _check_datasets(where, record, release, report)
+    _check_provenance(where, typed, release, report)
+    train_size = _check_datasets(where, typed, release, report)
     result.train = _check_train_log(where, d, record, train_size, report)
-    _recompute(where, d, record, release, result, report)
+    _recompute(where, d, typed, record["metrics"], release, result, report)
     return result
 
 
@@ -218,9 +149,9 @@ def _check_labels(where: str, cell: dict[str, Any], on: Any, placed: str, grid: 
         report.add(f"{where}: cell name {cell.get('name')!r} does not follow from its spec and labels")
 
 
-def _check_provenance(where: str, record: dict[str, Any], release: dict[str, Any], report: Report) -> None:
-    prov = record["provenance"]
-    spec = record["cell"]["spec"]
+def _check_provenance(where: str, record: Record, release: dict[str, Any], report: Report) -> None:
+    prov = record.provenance
+    spec = record.cell["spec"]
     for key in release["provenance"]["required"]:
         present, value = _get(prov, key)
         if not present or value is None or value == "" or value == {}:
@@ -228,15 +159,15 @@ def _check_provenance(where: str, record: dict[str, Any], release: dict[str, Any
     for key in release["provenance"]["nullable"]:
         if not _get(prov, key)[0]:
             report.add(f"{where}: missing provenance: provenance.{key} (may be null, must be present)")
-    seeds = prov.get("seeds") if isinstance(prov.get("seeds"), dict) else {}
+    seeds: dict[str, Any] = prov["seeds"] if isinstance(prov.get("seeds"), dict) else {}
     for k in ("cell", "train", "eval"):
         expected, what = spec["seed"], "the cell's seed"
-        if k == "eval" and record.get("release") not in CELL_SEED_EVAL_RELEASES:
+        if k == "eval" and record.release not in CELL_SEED_EVAL_RELEASES:
             expected = eval_seed(spec["seed"], str(prov.get("final_weights_sha256")))
             what = "the eval seed derived from the cell's seed and final weights"
         if k in seeds and seeds[k] != expected:
             report.add(f"{where}: provenance.seeds.{k} is {seeds[k]}, but {what} is {expected}")
-    model = prov.get("model") if isinstance(prov.get("model"), dict) else {}
+    model: dict[str, Any] = prov["model"] if isinstance(prov.get("model"), dict) else {}
     if model.get("path") not in (None, spec.get("model", {}).get("path")):
         report.add(f"{where}: provenance.model.path {model.get('path')!r} is not the cell's model")
     if not (model.get("weights_sha256") or model.get("revision")):
@@ -282,12 +213,12 @@ def _graded_by_execution(spec: dict[str, Any]) -> bool:
     return any(isinstance(t, str) and t in TASKS and TASKS[t].verifier in CODE_VERIFIERS for t in names)
 
 
-def _check_datasets(where: str, record: dict[str, Any], release: dict[str, Any], report: Report) -> int | None:
+def _check_datasets(where: str, record: Record, release: dict[str, Any], report: Report) -> int | None:
     """Check the eval and train sets against provenance; returns the train set's size (None: the cell trains not)."""
     from esbench.tasks import get_task, rows_hash
 
-    spec = record["cell"]["spec"]
-    data = (record["provenance"].get("datasets") or {}).get("eval") or {}
+    spec = record.cell["spec"]
+    data = (record.provenance.get("datasets") or {}).get("eval") or {}
     for t in spec["eval"]["tasks"]:
         pin = release["tasks"].get(t)
         if pin is None:
@@ -314,7 +245,7 @@ def _check_datasets(where: str, record: dict[str, Any], release: dict[str, Any],
         return None
     task = get_task(spec["dataset"]["task"])
     rows = task.rows("train", spec["dataset"].get("size"))
-    train = (record["provenance"].get("datasets") or {}).get("train")
+    train = (record.provenance.get("datasets") or {}).get("train")
     if not isinstance(train, dict):
         report.add(f"{where}: missing provenance: provenance.datasets.train")
     elif train.get("sha256") != rows_hash(rows) or train.get("version") != task.version:
@@ -324,8 +255,9 @@ def _check_datasets(where: str, record: dict[str, Any], release: dict[str, Any],
 
 def _check_train_log(
     where: str, d: Path, record: dict[str, Any], train_size: int | None, report: Report
-) -> list[dict[str, Any]] | None:
-    """Check the training log against the record and the budget; returns its rows (None: none, or refused)."""
+) -> list[TrainRow] | None:
+    """Check the training log against the record (its JSON: the fields read here are its cell spec, budget_used and
+    train summary) and the budget; returns its rows as `TrainRow`s (None: none, or refused)."""
     from esbench.records import train_summary as _train_summary
 
     spec = record["cell"]["spec"]
@@ -345,9 +277,16 @@ def _check_train_log(
     rows = _read_jsonl(log, report, f"{where}/train.jsonl")
     if rows is None:
         return None
-    summary = _train_summary(rows)
+    typed: list[TrainRow] = []
+    for i, row in enumerate(rows, 1):
+        got = _validated(TrainRow, row, f"{where}/train.jsonl: row {i}", report)
+        if got is None:
+            return None
+        typed.append(got)
+    summary = _train_summary(rows)  # from the rows as written: a key that is absent is not one that is null
     # The budget is the comparison's unit: a cell that spent more updates than its spec says is not on the grid
     # point it claims, whatever its record says. The log has one reward row per update.
+    assert train_size is not None  # the cell has a dataset, so _check_datasets gave its train set's size
     expected = _expected_updates(spec, train_size)
     if used != summary["updates_logged"]:
         report.add(f"{where}: budget_used.updates is {used!r}, train.jsonl logs {summary['updates_logged']} updates")
@@ -356,7 +295,7 @@ def _check_train_log(
     for k, v in summary.items():
         if not _close(record["train"].get(k), v):
             report.add(f"{where}: record train.{k} is {record['train'].get(k)!r}, train.jsonl gives {v!r}")
-    return rows
+    return typed
 
 
 def _expected_updates(spec: dict[str, Any], train_size: int) -> int | None:
@@ -376,201 +315,3 @@ def _expected_updates(spec: dict[str, Any], train_size: int) -> int | None:
         return None
     config = cls.Config.model_validate(spec["method"]["config"])
     return cls.updates_for(budget, train_size, config)
-
-
-def _close(a: Any, b: Any) -> bool:
-    if isinstance(a, bool) or isinstance(b, bool):
-        return a == b
-    if isinstance(a, int | float) and isinstance(b, int | float):
-        try:
-            return math.isclose(a, b, rel_tol=0, abs_tol=TOL)
-        except OverflowError:  # a JSON integer too large for a float
-            return False
-    return a == b
-
-
-def _read_samples(data: bytes | None, where: str, report: Report) -> list[dict[str, Any]] | None:
-    """The rows of a per-sample log, parsed from the very bytes whose hash was checked (None: missing or refused)."""
-    if data is None:
-        report.add(f"{where}: missing per-sample log")
-        return None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        report.add(f"{where}: not UTF-8 ({e.reason} at byte {e.start})")
-        return None
-    rows = []
-    for i, line in enumerate(text.splitlines(), 1):
-        try:
-            row = loads(line, what=f"{where}:{i}")
-        except UntrustedInputError as e:
-            report.add(str(e))
-            return None
-        if not isinstance(row, dict) or not isinstance(row.get("resps"), list) or not isinstance(row.get("doc"), dict):
-            report.add(f"{where}:{i}: a sample row needs doc_id, doc and resps")
-            return None
-        rows.append(row)
-    return rows
-
-
-def _rescore(
-    rows: list[dict[str, Any]], task_name: str, expected: list[dict[str, str]], n: int, where: str, report: Report
-) -> list[dict[str, Any]] | None:
-    """Evidence rows rebuilt from responses alone: doc checked against the eval set, verdicts recomputed."""
-    from esbench.tasks import get_task
-
-    task = get_task(task_name)
-    ok = True
-    ids = [r.get("doc_id") for r in rows]
-    if sorted(i for i in ids if isinstance(i, int)) != list(range(len(expected))) or len(ids) != len(expected):
-        missing = sorted(set(range(len(expected))) - {i for i in ids if isinstance(i, int)})
-        dup = sorted({i for i in ids if ids.count(i) > 1}, key=str)
-        report.add(
-            f"{where}: {len(rows)} problems, the release's eval set has {len(expected)}"
-            + (f"; missing doc_ids {missing[:10]}" if missing else "")
-            + (f"; duplicated doc_ids {dup[:10]}" if dup else "")
-            + " (removed or added samples)"
-        )
-        ok = False
-    out = []
-    flags_wrong = 0
-    for r in sorted((r for r in rows if isinstance(r.get("doc_id"), int)), key=lambda r: r["doc_id"]):
-        i = r["doc_id"]
-        if not 0 <= i < len(expected):
-            continue
-        gold = expected[i]
-        doc = r["doc"]
-        if (doc.get("id"), doc.get("question"), doc.get("answer")) != (gold["id"], gold["question"], gold["answer"]):
-            report.add(
-                f"{where}: doc_id {i} is not the release's problem {gold['id']} (question or gold answer edited)"
-            )
-            ok = False
-        resps = r["resps"]
-        if len(resps) != n or not all(isinstance(x, str) for x in resps):
-            report.add(f"{where}: doc_id {i} has {len(resps)} responses, the cell samples {n} per problem")
-            ok = False
-            continue
-        verdicts = [task.verify(x, gold["answer"]) for x in resps]
-        answers = [v.answer for v in verdicts]
-        correct = [v.correct for v in verdicts]
-        if r.get("correct") != correct or r.get("answers") != answers:
-            flags_wrong += 1
-        out.append({"doc_id": i, "answers": answers, "correct": correct})
-    if flags_wrong:
-        report.add(f"{where}: stored answers/correct flags of {flags_wrong} problems disagree with the task verifier")
-    return out if ok else None
-
-
-def _derived(claimed: dict[str, Any], sampled: list[dict[str, Any]]) -> dict[str, Any]:
-    """Further metrics that are functions of the sampled answers alone (recomputed when the record has them)."""
-    out: dict[str, Any] = {}
-    if "answer_entropy" in claimed:
-        try:
-            from esbench.evaluation import answer_entropy
-        except ImportError:
-            return out
-        out["answer_entropy"] = answer_entropy(sampled)
-    return out
-
-
-def _recompute(
-    where: str, d: Path, record: dict[str, Any], release: dict[str, Any], result: CellResult, report: Report
-) -> None:
-    from esbench.evaluation import summarise
-    from esbench.metrics.passk import majority_correct, pass_at_k
-    from esbench.tasks import get_task
-
-    ev = record["cell"]["spec"]["eval"]
-    metrics = record["metrics"]
-    if sorted(metrics) != sorted(ev["tasks"]):
-        report.add(f"{where}: record metrics cover {sorted(metrics)}, the cell evaluates {sorted(ev['tasks'])}")
-    if record["held_out"] != ev.get("held_out", []):
-        report.add(f"{where}: record held_out {record['held_out']} differs from the cell's eval.held_out")
-    allowed = {f"{t}.jsonl" for t in ev["tasks"]} | (
-        {f"{t}.greedy.jsonl" for t in ev["tasks"]} if ev["greedy"] else set()
-    )
-    evidence = hashlib.sha256()
-    samples_dir = d / "samples"
-    # The run hashed its per-sample logs into the record: an edit that keeps every verdict (say, to a response's
-    # reasoning) still breaks the binding, even when the manifest was re-made. Each log is read once (strictly),
-    # hashed, and parsed from those same bytes; the first hash that fails ends the work.
-    bound = record["samples_sha256"]
-    present = sorted(p.name for p in samples_dir.glob("*.jsonl")) if samples_dir.is_dir() else []
-    data: dict[str, bytes] = {}
-    for name in sorted(set(bound) | set(present)):
-        if name not in present:
-            report.add(f"{where}/samples/{name}: removed (the record hashed it at run time)")
-            continue
-        if name not in bound:
-            report.add(f"{where}/samples/{name}: not produced by the run (absent from the record's samples_sha256)")
-            continue
-        try:
-            data[name] = read_bytes(samples_dir / name)
-        except UntrustedInputError as e:
-            report.stop(_refused(e, samples_dir / name, f"{where}/samples/{name}"))
-            return
-        if hashlib.sha256(data[name]).hexdigest() != bound[name]:
-            report.stop(f"{where}/samples/{name}: edited sample (SHA-256 differs from the record's samples_sha256)")
-            return
-    if samples_dir.is_dir():
-        for p in sorted(samples_dir.iterdir()):
-            if p.name not in allowed:
-                report.add(f"{where}/samples/{p.name}: not a per-sample log of this cell")
-    for t in ev["tasks"]:
-        pin = release["tasks"].get(t)
-        if pin is None:
-            continue
-        task = get_task(t)
-        scheme = release.get("fingerprint_scheme", 1)
-        if task.version != pin["version"] or verifier_fingerprint(task.verifier, scheme) != pin["verifier_sha256"]:
-            report.add(f"{where}: task {t}'s verifier differs from release {release['id']}; metrics are not comparable")
-            continue
-        if "source" in pin and task_source(task) != pin["source"]:
-            report.add(f"{where}: task {t}'s data source differs from release {release['id']}: {pin['source']}")
-            continue
-        expected = task.rows("test", ev.get("limit") or None)
-        claimed = metrics.get(t)
-        sampled = _read_samples(data.get(f"{t}.jsonl"), f"{where}/samples/{t}.jsonl", report)
-        greedy = None
-        if ev["greedy"]:
-            greedy = _read_samples(data.get(f"{t}.greedy.jsonl"), f"{where}/samples/{t}.greedy.jsonl", report)
-            if greedy is not None:
-                greedy = _rescore(greedy, t, expected, 1, f"{where}/samples/{t}.greedy.jsonl", report)
-        if sampled is None:
-            continue
-        raw = sampled
-        sampled = _rescore(sampled, t, expected, ev["n"], f"{where}/samples/{t}.jsonl", report)
-        if sampled is None or (ev["greedy"] and greedy is None):
-            continue
-        evidence.update(response_evidence(raw))
-        got = summarise(sampled, greedy, ev["k"])
-        got.update(_derived(claimed if isinstance(claimed, dict) else {}, sampled))
-        if not isinstance(claimed, dict):
-            report.add(f"{where}: metrics.{t} must be an object of metrics (samples give {sorted(got)})")
-            continue
-        for key in sorted(set(got) | set(claimed)):
-            if key not in claimed:
-                report.add(f"{where}: metrics.{t}.{key} is missing from the record")
-            elif key not in got:
-                report.unverified.setdefault(f"metrics.{t}.{key}", []).append(result.id)
-            elif key == "per_problem":
-                if claimed[key] != got[key]:
-                    report.add(f"{where}: metrics.{t}.per_problem does not match the samples")
-            elif not _close(claimed[key], got[key]):
-                report.add(f"{where}: edited metric: metrics.{t}.{key} is {claimed[key]!r}, samples give {got[key]!r}")
-        result.recomputed[t] = got
-        pp: dict[str, list[float]] = {}
-        for k in ev["k"]:
-            pp[f"pass@{k}"] = [pass_at_k(len(r["correct"]), sum(r["correct"]), k) for r in sampled]
-            pp[f"maj@{k}"] = [float(majority_correct(r["answers"], r["correct"], k)) for r in sampled]
-        if greedy is not None:
-            pp["greedy"] = [float(r["correct"][0]) for r in greedy]
-        result.per_problem[t] = pp
-    result.evidence = evidence.hexdigest() if result.recomputed else ""
-
-
-def response_evidence(rows: list[dict[str, Any]]) -> bytes:
-    """A task's sampled responses in a canonical form, whatever the file's formatting or row order: what a cell's
-    evidence hash is made of (here and in `verify.submission_evidence`, which must agree with it)."""
-    ordered = sorted((r for r in rows if isinstance(r.get("doc_id"), int)), key=lambda r: r["doc_id"])
-    return _canon([r.get("resps") for r in ordered]).encode()

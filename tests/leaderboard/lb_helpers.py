@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from run_helpers import shared_once
+
 
 def esbench(*args: str, env: dict | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
     return subprocess.run(
@@ -146,13 +148,26 @@ _GENUINE: list = []
 
 
 def genuine_once(tmp_path_factory) -> tuple:
-    """The `genuine` fixture's submission, built once per process (the leaderboard tests and the hostile-input tests
-    in tests/security share it; the caller has made sure the tiny model is built)."""
+    """The `genuine` fixture's submission, built once per test session (`run_helpers.shared_once`: one build for all
+    pytest-xdist workers; the leaderboard tests and the hostile-input tests in tests/security share it, read-only;
+    the caller has made sure the tiny model is built)."""
     if _GENUINE:
         return _GENUINE[0]
+    base = shared_once(tmp_path_factory, "lb-genuine", _build_genuine)
+    root = base / "leaderboard"
+    _GENUINE.append((root, root / "submissions" / "genuine", base / "runs" / "lbsmall", _plugin_env(base / "site")))
+    return _GENUINE[0]
+
+
+def _plugin_env(site: Path) -> dict[str, str]:
+    """The environment that makes the example plug-in installed (its site folder first on PYTHONPATH)."""
+    return {"PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+
+
+def _build_genuine(base: Path) -> None:
+    """A test release under base/leaderboard, a run of its suite plus the plug-in, and `esbench submit`."""
     from esbench.leaderboard.release import CURRENT, write_release
 
-    base = tmp_path_factory.mktemp("lb")
     root = base / "leaderboard"
     suite = base / "lbsmall.yaml"
     suite.write_text(RELEASE_SUITE)
@@ -163,13 +178,10 @@ def genuine_once(tmp_path_factory) -> tuple:
     write_release(root, CURRENT, [suite], ref, "2026-01-01", "test release")
     with_plugin = base / "lbsmall-plugin.yaml"
     with_plugin.write_text(RELEASE_SUITE.replace("budgets:", PLUGIN_METHOD + "budgets:"))
-    env = {"PYTHONPATH": f"{plugin_site(base)}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    run = esbench("run", str(with_plugin), "--out", str(base / "runs"), env=env)
+    run = esbench("run", str(with_plugin), "--out", str(base / "runs"), env=_plugin_env(plugin_site(base)))
     assert run.returncode == 0, run.stdout + run.stderr
     sub = esbench("submit", str(base / "runs" / "lbsmall"), "--name", "genuine", "--root", str(root))
     assert sub.returncode == 0, sub.stdout + sub.stderr
-    _GENUINE.append((root, root / "submissions" / "genuine", base / "runs" / "lbsmall", env))
-    return _GENUINE[0]
 
 
 def tampered_copy(genuine: tuple, tmp_path: Path) -> tuple[Path, Path]:

@@ -16,7 +16,9 @@ import pytest
 from esbench.leaderboard import artifact as art
 from esbench.leaderboard import board as lb
 from esbench.leaderboard.release import ARTIFACT_RULE, CURRENT, DEFAULT_RULE, load_release
-from esbench.leaderboard.render import markdown, page, rule_text
+from esbench.leaderboard.render import markdown
+from esbench.leaderboard.render_html import page
+from esbench.leaderboard.render_text import rule_text
 from esbench.leaderboard.verify import CellResult, Report
 
 ROOT = Path(__file__).resolve().parents[2] / "leaderboard"

@@ -13,7 +13,8 @@ import pytest
 
 from esbench.leaderboard import board as lb
 from esbench.leaderboard.release import CURRENT, load_release
-from esbench.leaderboard.render import markdown, page
+from esbench.leaderboard.render import markdown
+from esbench.leaderboard.render_html import page
 from esbench.leaderboard.verify import CellResult, Report
 
 ROOT = Path(__file__).resolve().parents[2] / "leaderboard"

@@ -18,8 +18,10 @@ from pathlib import Path
 import pytest
 
 from esbench.leaderboard import board as lb
+from esbench.leaderboard.coverage import AWAITING, REPORTED, coverage
 from esbench.leaderboard.release import CURRENT, load_release
-from esbench.leaderboard.render import AWAITING, REPORTED, coverage, markdown, page, render
+from esbench.leaderboard.render import markdown, render
+from esbench.leaderboard.render_html import page
 from esbench.leaderboard.verify import CellResult, Report
 from esbench.metrics.subtraction import PAPER_TABLE_13
 

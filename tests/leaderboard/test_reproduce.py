@@ -44,14 +44,15 @@ def test_a_rerun_from_other_starting_weights_says_so(genuine, tmp_path):
     """A re-run whose model was built differently (another CPU builds other tiny weights) is told apart from a
     re-run of the same weights that diverged: the reason names both starting states."""
     from esbench.leaderboard.reproduce import compare_records
+    from esbench.records import Record
 
     _, sub, _, _ = genuine
     submitted = json.loads((cells(sub)["tiny/-/base/b0/s0"] / "record.json").read_text())
     rerun = json.loads(json.dumps(submitted))
     rule = load_release(sub.parent.parent)["rule"]
-    assert compare_records(submitted, rerun, rule).reasons == []
+    assert compare_records(Record.model_validate(submitted), Record.model_validate(rerun), rule).reasons == []
     rerun["provenance"]["model"]["state_sha256"] = "f" * 64
-    (reason,) = compare_records(submitted, rerun, rule).reasons
+    (reason,) = compare_records(Record.model_validate(submitted), Record.model_validate(rerun), rule).reasons
     assert "started from other weights" in reason and "ffffffffffff" in reason
 
 

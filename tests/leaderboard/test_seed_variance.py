@@ -13,7 +13,7 @@ import pytest
 from esbench.leaderboard import board as lb
 from esbench.leaderboard.compare import Estimate, compare, estimate, pooled_seed_sd, seed_sd_for
 from esbench.leaderboard.release import CURRENT, DEFAULT_RULE, load_release
-from esbench.leaderboard.render import rule_text
+from esbench.leaderboard.render_text import rule_text
 from esbench.leaderboard.verify import CellResult, Report
 
 ROOT = Path(__file__).resolve().parents[2] / "leaderboard"

@@ -94,3 +94,16 @@ def test_a_run_that_fails_verification_leaves_nothing_behind(genuine, tmp_path):
     proc = esbench("submit", str(out), "--name", "edited", "--root", str(lb))
     assert proc.returncode == 1 and "edited metric: metrics.tiny_arith.pass@2" in proc.stderr
     assert list((lb / "submissions").iterdir()) == []  # no submission and no temporary folder
+
+
+def test_a_run_whose_record_is_wrongly_typed_is_refused_by_field(genuine, tmp_path):
+    """The run's records are validated as verify validates them (`esbench.records.Record`, no coercion), before
+    anything is packaged."""
+    root, _, run, _ = genuine
+    out = tmp_path / "lbsmall"
+    shutil.copytree(run, out)
+    edit_json(next(out.glob("*/record.json")), lambda r: r["budget_used"].update(rollouts="48"))
+    proc = esbench("submit", str(out), "--name", "typed", "--root", str(root))
+    assert proc.returncode == 2 and "cannot package the run" in proc.stderr, proc.stderr
+    assert "record.json: budget_used.rollouts: Input should be a valid integer (got '48')" in proc.stderr
+    assert not (root / "submissions" / "typed").exists()

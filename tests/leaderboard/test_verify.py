@@ -565,3 +565,87 @@ def test_malformed_files_are_reasons_not_crashes(tampered, case):
         rehash(sub)
     proc = esbench("leaderboard", "verify", str(sub), "--root", str(root))
     assert proc.returncode == 1 and "REJECTED" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+# --- files parsed into esbench.records' models: a field of the wrong type refuses the cell, naming the field ---
+
+WRONGLY_TYPED_RECORD = {
+    "string-for-an-integer": ("budget_used.rollouts", "48", "budget_used.rollouts: Input should be a valid integer"),
+    "float-for-an-integer": ("metrics.tiny_arith.problems", 6.0, "metrics.tiny_arith.problems: Input should be"),
+    "string-for-a-number": ("metrics.tiny_arith.format_rate", "high", "metrics.tiny_arith.format_rate: Input"),
+    "boolean-for-an-integer": ("compute.devices", True, "compute.devices: Input should be a valid integer"),
+    "list-for-a-string": ("held_out", [["tiny_reverse"]], "held_out.0: Input should be a valid string"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WRONGLY_TYPED_RECORD))
+def test_a_wrongly_typed_record_field_is_refused_by_name(tampered, case):
+    """record.json is validated into `esbench.records.Record` (no coercion): the reason names the file and the field,
+    and the cell is not counted as verified."""
+    root, sub = tampered
+    key, value, needle = WRONGLY_TYPED_RECORD[case]
+    cell = cells(sub)["tiny/arith/es/b2/s0"]
+    _edit_record(cell / "record.json", key, value)
+    rehash(sub)
+    report = verify(sub, root)
+    assert any(f"cells/{cell.name}/record.json: {needle}" in r for r in report.reasons), report.reasons
+    assert cell.name not in [c.id for c in report.cells]
+
+
+def test_a_record_with_many_wrong_fields_gets_a_few_reasons(tampered):
+    root, sub = tampered
+    cell = cells(sub)["tiny/arith/es/b2/s0"]
+    edit_json(cell / "record.json", lambda r: r["metrics"]["tiny_arith"].update(per_problem=[["x", "y"]] * 1000))
+    rehash(sub)
+    got = [r for r in reasons(root, sub) if "record.json" in r]
+    assert len(got) == 6 and "metrics.tiny_arith.per_problem.0.0: Input should be a valid integer" in got[0], got
+    assert got[-1].endswith("record.json: 1995 more wrong fields")
+
+
+@pytest.mark.parametrize(
+    "field,edit,needle",
+    [
+        (
+            "correct",
+            lambda r: r.update(correct=[int(c) for c in r["correct"]]),
+            "correct.0: Input should be a valid boolean",
+        ),
+        ("doc_id", lambda r: r.update(doc_id=str(r["doc_id"])), "doc_id: Input should be a valid integer (got '1')"),
+        ("answers", lambda r: r.pop("answers"), "answers: Field required"),
+    ],
+)
+def test_a_wrongly_typed_sample_row_is_refused_by_name(tampered, field, edit, needle):
+    """A per-sample row is validated into `esbench.records.SampleRow`: its line and field are named."""
+    root, sub = tampered
+    cell = cells(sub)["tiny/arith/es/b2/s0"]
+
+    def second_row(rows):
+        edit(rows[1])
+        return rows
+
+    _rewrite_samples(cell / "samples" / "tiny_arith.jsonl", second_row)
+    rehash(sub)
+    report = verify(sub, root)
+    assert any(f"cells/{cell.name}/samples/tiny_arith.jsonl:2: {needle}" in r for r in report.reasons), report.reasons
+    assert not report.ok
+
+
+def test_a_wrongly_typed_train_row_is_refused_by_name(tampered):
+    root, sub = tampered
+    cell = cells(sub)["tiny/arith/es/b2/s0"]
+    rows = [json.loads(x) for x in (cell / "train.jsonl").read_text().splitlines()]
+    rows[0]["update"] = "0"
+    (cell / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rehash(sub)
+    got = assert_rejected(root, sub, f"cells/{cell.name}/train.jsonl: row 1: update: Input should be a valid integer")
+    assert not any("train.jsonl gives" in r for r in got)  # refused before the log is compared with the record
+
+
+def test_verified_cells_carry_their_training_log_as_typed_rows(genuine):
+    from esbench.records import TrainRow
+
+    root, sub, _, _ = genuine
+    report = verify(sub, root)
+    trained = [c for c in report.cells if c.record["cell"]["spec"]["dataset"] is not None]
+    assert trained and all(c.train and all(isinstance(r, TrainRow) for r in c.train) for c in trained)
+    assert all(c.train is None for c in report.cells if c not in trained)

@@ -1,7 +1,7 @@
 """Hostile submissions against `esbench leaderboard verify` and `build` (issue 22): each class is refused with a reason,
 quickly, without a traceback, and never takes the board down for the other submissions.
 
-The submissions are copies of the leaderboard tests' genuine one (built once per process, shared with
+The submissions are copies of the leaderboard tests' genuine one (built once per session, shared with
 tests/leaderboard), corrupted in tmp_path.
 """
 
@@ -173,6 +173,37 @@ def test_deeply_nested_submission_json_is_a_reason_not_a_crash(tampered):
     assert "submission.json: nested deeper than" in out
 
 
+# --- wrongly typed fields: refused by name (the models of esbench.records), never a traceback ------------------------
+
+
+def test_wrongly_typed_fields_are_refused_by_name_without_a_traceback(tampered):
+    """A record field, a sample row and a training-log row of the wrong type, in three cells: each is a reason that
+    names the file and the field (pydantic's loc), and the submission is rejected without a traceback."""
+    import hashlib
+
+    root, sub = tampered
+    c = cells(sub)
+    es0, es1, base = c["tiny/arith/es/b2/s0"], c["tiny/arith/es/b2/s1"], c["tiny/-/base/b0/s0"]
+    edit_json(es0 / "record.json", lambda r: r["budget_used"].update(rollouts=[HOSTILE]))
+    log = es1 / "train.jsonl"
+    rows = [json.loads(x) for x in log.read_text().splitlines()]
+    rows[-1]["reward_mean"] = {"x": 1}
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    samples = base / "samples" / "tiny_reverse.jsonl"
+    lines = samples.read_text().splitlines()
+    first = json.loads(lines[0])
+    first["resps"][0] = 7
+    lines[0] = json.dumps(first)
+    samples.write_text("\n".join(lines) + "\n")
+    digest = hashlib.sha256(samples.read_bytes()).hexdigest()
+    edit_json(base / "record.json", lambda r: r["samples_sha256"].update({samples.name: digest}))
+    rehash(sub)
+    out = verify_cli(root, sub)
+    assert f"cells/{es0.name}/record.json: budget_used.rollouts: Input should be a valid integer" in out, out
+    assert f"cells/{es1.name}/train.jsonl: row {len(rows)}: reward_mean: Input should be a valid number" in out, out
+    assert f"cells/{base.name}/samples/tiny_reverse.jsonl:1: resps.0: Input should be a valid string (got 7)" in out
+
+
 # --- the first failed hash stops the work ---------------------------------------------------------------------------
 
 
@@ -278,7 +309,7 @@ def test_two_new_copies_are_never_listed_twice(tampered):
 
 
 def test_escaping_helpers_neutralise_each_class():
-    from esbench.leaderboard.render import for_html, for_markdown, for_terminal
+    from esbench.leaderboard.escape import for_html, for_markdown, for_terminal
 
     for out in (for_terminal(HOSTILE), for_markdown(HOSTILE), for_html(HOSTILE)):
         assert "\x1b" not in out and "\u202e" not in out and "\u2066" not in out
